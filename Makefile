@@ -1,0 +1,44 @@
+# gpulab: `make lab` to learn, `make test` to check everything. Needs only Python >= 3.10 and make.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# nbval in strict mode: every code cell's output is compared unless tagged (see tests/nbval_sanitize.cfg).
+NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=120
+JOBS   ?= 2
+
+.PHONY: install lab test test-unit test-notebooks notebooks report clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
+	@touch $(STAMP)
+
+lab: install
+	cd notebooks && ../$(BIN)/jupyter lab 01_why_gpus.ipynb
+
+# Unit, hygiene and notebook tests in one pytest run, two workers, one notebook per worker at a time.
+test: install
+	env -u MPLBACKEND $(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests notebooks $(NBVAL)
+	$(BIN)/python scripts/nbreport.py notebooks
+
+test-unit: install
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests
+
+test-notebooks: install
+	env -u MPLBACKEND $(BIN)/python -m pytest -n $(JOBS) --dist loadfile notebooks $(NBVAL)
+
+# Re-run every notebook top to bottom in place: the committed outputs come from this.
+notebooks: install
+	env -u MPLBACKEND $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	    --ExecutePreprocessor.timeout=300 --ExecutePreprocessor.kernel_name=python3 notebooks/*.ipynb
+	$(BIN)/python scripts/nbreport.py notebooks
+
+report: install
+	$(BIN)/python scripts/nbreport.py notebooks
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

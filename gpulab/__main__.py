@@ -1,0 +1,5 @@
+"""`python -m gpulab ...` is the same as the `gpulab` console script."""
+
+from gpulab.cli import main
+
+raise SystemExit(main())

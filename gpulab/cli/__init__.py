@@ -1,0 +1,91 @@
+"""The `gpulab` command line: one sub-command per module in this package.
+
+Each sub-command module exposes ``add_parser(subparsers)`` and ``run(args) -> int``.
+Bad input anywhere (argparse errors, ``ValueError``) ends with exit status 2 and a
+single line starting with ``error:``; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+# Sub-command name -> module under gpulab.cli that implements it.
+COMMANDS = {
+    "doctor": "gpulab.cli.doctor",
+    "bench": "gpulab.cli.bench",
+    "train": "gpulab.cli.train",
+    "ddp": "gpulab.cli.ddp",
+    "evaluate": "gpulab.cli.evaluate",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad input as one `error:` line and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser, with every sub-command that is installed."""
+    parser = _Parser(prog="gpulab", description="GPU acceleration for deep learning, measured.")
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, module_name in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue  # a sub-command not built yet
+            raise
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `gpulab` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        return 130
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return value

@@ -1,0 +1,158 @@
+"""What compute devices this machine has, and picking one by name.
+
+On a machine with no accelerator, ``list_devices()`` returns exactly one entry, the CPU::
+
+    [DeviceInfo(name='cpu', kind='cpu', description=..., memory_bytes=None, capability=None, backend=None)]
+
+``pick_device("auto")`` prefers CUDA (ROCm builds show up as CUDA), then Apple MPS, then
+Intel XPU, then the CPU. Everything here is evaluated when called, never at import time.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from dataclasses import asdict, dataclass
+
+import torch
+
+CHOICES = ("auto", "cpu", "cuda", "cuda:N", "mps", "xpu")
+_NAME = re.compile(r"^(cpu|mps|cuda|xpu)(?::(\d+))?$")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One device: its torch name (``cuda:0``), kind, a human description and, for GPUs, memory."""
+
+    name: str
+    kind: str
+    description: str
+    memory_bytes: int | None = None
+    capability: str | None = None
+    backend: str | None = None  # "CUDA 12.8", "HIP 6.3", ...
+
+    def to_dict(self) -> dict:
+        """A JSON-friendly dict."""
+        return asdict(self)
+
+
+def cuda_backend() -> str | None:
+    """``"CUDA x.y"`` or ``"HIP x.y"`` for the installed torch build, ``None`` for a CPU-only build."""
+    hip = getattr(torch.version, "hip", None)
+    if hip:
+        return f"HIP {hip}"
+    if torch.version.cuda:
+        return f"CUDA {torch.version.cuda}"
+    return None
+
+
+def mps_available() -> bool:
+    """True on Apple silicon with a torch built for Metal (MPS)."""
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def xpu_available() -> bool:
+    """True where an Intel GPU (XPU) is usable."""
+    xpu = getattr(torch, "xpu", None)
+    return bool(xpu is not None and xpu.is_available())
+
+
+def cpu_description() -> str:
+    """The processor's name where the OS tells it, else the architecture."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return name or "CPU"
+
+
+def list_devices() -> list[DeviceInfo]:
+    """Every usable device: CUDA/ROCm GPUs first, then MPS, then XPU, and always the CPU last."""
+    found: list[DeviceInfo] = []
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            found.append(
+                DeviceInfo(
+                    name=f"cuda:{i}",
+                    kind="cuda",
+                    description=props.name,
+                    memory_bytes=int(props.total_memory),
+                    capability=f"{props.major}.{props.minor}",
+                    backend=cuda_backend(),
+                )
+            )
+    if mps_available():
+        found.append(DeviceInfo(name="mps", kind="mps", description="Apple GPU (Metal Performance Shaders)"))
+    if xpu_available():
+        for i in range(torch.xpu.device_count()):
+            found.append(
+                DeviceInfo(name=f"xpu:{i}", kind="xpu", description=torch.xpu.get_device_name(i), backend="XPU")
+            )
+    found.append(DeviceInfo(name="cpu", kind="cpu", description=cpu_description()))
+    return found
+
+
+def available_names() -> list[str]:
+    """Names ``pick_device`` accepts on this machine, e.g. ``['auto', 'cpu']``."""
+    names = ["auto"]
+    for d in list_devices():
+        names.append(d.name)
+        if d.kind in ("cuda", "xpu") and d.kind not in names:
+            names.insert(names.index(d.name), d.kind)
+    return names
+
+
+def pick_device(name: str | torch.device = "auto") -> torch.device:
+    """Turn ``"auto" | "cpu" | "cuda" | "cuda:N" | "mps" | "xpu"`` into a usable ``torch.device``.
+
+    Raises a one-line ``ValueError`` naming the bad value and what is available here.
+    """
+    if isinstance(name, torch.device):
+        name = str(name)
+    if not isinstance(name, str):
+        raise ValueError(f"device {name!r} is not a string; choose from {', '.join(available_names())}")
+    text = name.strip().lower()
+    if text == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", 0)
+        if mps_available():
+            return torch.device("mps")
+        if xpu_available():
+            return torch.device("xpu", 0)
+        return torch.device("cpu")
+    match = _NAME.match(text)
+    if not match:
+        raise ValueError(
+            f"unknown device {name!r}: use one of {', '.join(CHOICES)}; available here: {', '.join(available_names())}"
+        )
+    kind, index = match.group(1), match.group(2)
+    if kind == "cpu":
+        if index not in (None, "0"):
+            raise ValueError(f"device {name!r} does not exist: the CPU is just 'cpu'")
+        return torch.device("cpu")
+    count = {"cuda": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+             "xpu": torch.xpu.device_count() if xpu_available() else 0,
+             "mps": 1 if mps_available() else 0}[kind]
+    i = int(index) if index is not None else 0
+    if i >= count or (kind == "mps" and index not in (None, "0")):
+        have = f"{count} {kind} device(s)" if count else f"no {kind} device"
+        raise ValueError(f"device {name!r} is not available: this machine has {have}; available: {', '.join(available_names())}")
+    return torch.device(kind) if kind == "mps" else torch.device(kind, i)
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait until queued work on ``device`` is done (needed before reading a clock); no-op on CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+    elif device.type == "xpu":
+        torch.xpu.synchronize(device)

@@ -1,0 +1,196 @@
+"""THE training loop: single device, DataParallel, or one DDP rank, all through ``fit``.
+
+Batches from tensors are taken by index from a permutation drawn from ``(seed, epoch)``.
+With ``world_size`` ranks, every rank draws the same permutation, takes its slice of each
+*global* batch (``tensor_split``: 128 over 3 ranks is 43/43/42) and scales its loss by
+``local / global * world_size``. DDP averages gradients over ranks, so the step equals the
+single-process step on the whole global batch, whatever the number of ranks.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable
+
+import torch
+from torch import nn
+
+from gpulab.devices import pick_device, synchronize
+
+
+@dataclass
+class History:
+    """What ``fit`` measured: mean training loss, seconds and samples/s for each epoch."""
+
+    loss: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    samples_per_s: list[float] = field(default_factory=list)
+    device: str = "cpu"
+    epochs: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """A JSON-friendly dict."""
+        return asdict(self)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch (CPU and every GPU) so that model initialisation is reproducible."""
+    torch.manual_seed(seed)
+
+
+def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """The order of the ``n`` samples in ``epoch``: the same on every rank and every restart."""
+    generator = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
+    return torch.randperm(n, generator=generator)
+
+
+def shard_batches(
+    n: int, batch_size: int, seed: int, epoch: int, rank: int = 0, world_size: int = 1
+) -> list[tuple[torch.Tensor, int]]:
+    """This rank's share of each global batch: a list of ``(indices, global_batch_size)``."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank={rank!r} must be in 0..{world_size - 1}")
+    order = epoch_permutation(n, seed, epoch)
+    return [
+        (batch.tensor_split(world_size)[rank], len(batch))
+        for batch in order.split(batch_size)
+    ]
+
+
+def _distributed() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def fit(
+    model: nn.Module,
+    data: tuple[torch.Tensor, torch.Tensor] | Iterable,
+    *,
+    epochs: int = 100,
+    lr: float = 0.01,
+    optimizer: torch.optim.Optimizer | None = None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    batch_size: int = 128,
+    device: str | torch.device | None = None,
+    seed: int = 0,
+    autocast_dtype: torch.dtype | None = None,
+    progress: bool = True,
+    rank: int = 0,
+    world_size: int = 1,
+    start_epoch: int = 0,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    on_epoch_end: Callable[[int, History], bool | None] | None = None,
+    desc: str = "training",
+) -> History:
+    """Train ``model`` and return its ``History``.
+
+    ``data`` is either ``(X, y)`` tensors (moved to ``device`` once, batches by index), or any
+    iterable of ``(x, y)`` batches such as a ``DataLoader`` (each batch moved as it comes).
+    ``model`` must already be on ``device`` (or be a DDP/DataParallel wrapper of such a model).
+    ``optimizer`` defaults to Adam with ``lr``; ``loss_fn`` to ``nn.MSELoss()`` (a mean).
+    ``autocast_dtype`` (``torch.bfloat16``/``torch.float16``) runs the forward pass under
+    ``torch.autocast``; float16 on CUDA also uses a ``GradScaler``. ``on_epoch_end(epoch, history)``
+    runs after each epoch (checkpoints, early stopping: return ``True`` to stop).
+    Epochs are numbered from ``start_epoch`` to ``epochs - 1`` (resume = same numbers).
+    """
+    if not isinstance(epochs, int) or epochs < 0:
+        raise ValueError(f"epochs={epochs!r} must be a non-negative integer")
+    device = pick_device("auto" if device is None else device)
+    optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr)
+    loss_fn = loss_fn or nn.MSELoss()
+    use_scaler = autocast_dtype == torch.float16 and device.type == "cuda"
+    scaler = torch.amp.GradScaler("cuda") if use_scaler else None
+    tensors = isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data)
+    if tensors:
+        X, y = (t.to(device) for t in data)
+        if len(X) != len(y):
+            raise ValueError(f"X has {len(X)} rows but y has {len(y)}: they must match")
+
+    history = History(device=str(device))
+    epoch_range = range(start_epoch, epochs)
+    bar = None
+    if progress and rank == 0:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(epoch_range, desc=desc, unit="epoch")
+        epoch_range = bar
+    model.train()
+    for epoch in epoch_range:
+        synchronize(device)
+        start = time.perf_counter()
+        loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+        count = 0
+        if tensors:
+            steps = (
+                (X[idx.to(device)], y[idx.to(device)], len(idx) * world_size / total)
+                for idx, total in shard_batches(len(X), batch_size, seed, epoch, rank, world_size)
+            )
+        else:
+            steps = ((xb.to(device, non_blocking=True), yb.to(device, non_blocking=True), 1.0) for xb, yb in data)
+        for xb, yb, weight in steps:
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
+                out = model(xb)
+                if len(xb):
+                    loss = loss_fn(out.float(), yb)
+                else:  # this rank's share of a tiny last batch is empty: take part, add nothing
+                    loss = out.sum() * 0.0
+            scaled = loss * weight
+            if scaler is not None:
+                scaler.scale(scaled).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                scaled.backward()
+                optimizer.step()
+            loss_sum += loss.detach().double() * len(xb)
+            count += len(xb)
+        if scheduler is not None:
+            scheduler.step()
+        totals = torch.stack([loss_sum, torch.tensor(float(count), device=device, dtype=torch.float64)])
+        if _distributed():
+            torch.distributed.all_reduce(totals)
+        synchronize(device)
+        seconds = time.perf_counter() - start
+        mean_loss = (totals[0] / totals[1]).item() if totals[1] > 0 else math.nan
+        history.epochs.append(epoch)
+        history.loss.append(mean_loss)
+        history.seconds.append(seconds)
+        history.samples_per_s.append(totals[1].item() / seconds if seconds > 0 else math.inf)
+        if bar is not None:
+            bar.set_postfix(loss=f"{mean_loss:.3f}")
+        if on_epoch_end is not None and on_epoch_end(epoch, history):
+            break
+    if bar is not None:
+        bar.close()
+    return history
+
+
+@torch.no_grad()
+def predict(model: nn.Module, X: torch.Tensor) -> torch.Tensor:
+    """The model's outputs for ``X`` in eval mode (the model is put back in train mode after)."""
+    was_training = model.training
+    model.eval()
+    try:
+        return model(X)
+    finally:
+        model.train(was_training)
+
+
+def regression_metrics(pred: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """MSE, RMSE and R² of predictions ``pred`` against targets ``y``."""
+    pred, y = pred.detach().double().reshape(-1).cpu(), y.detach().double().reshape(-1).cpu()
+    if len(pred) != len(y) or len(y) == 0:
+        raise ValueError(f"need equal, non-empty predictions and targets, got {len(pred)} and {len(y)}")
+    mse = torch.mean((pred - y) ** 2).item()
+    total = torch.sum((y - y.mean()) ** 2).item()
+    r2 = 1.0 - mse * len(y) / total if total > 0 else math.nan
+    return {"mse": mse, "rmse": math.sqrt(mse), "r2": r2}
+
+
+def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """Test metrics (MSE, RMSE, R²) of ``model`` on ``X``, ``y``."""
+    return regression_metrics(predict(model, X), y)
