@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=120
 JOBS   ?= 2
 
-.PHONY: install lab test test-unit test-notebooks notebooks report clean
+.PHONY: install lab test test-browser test-unit test-notebooks notebooks report clean
 
 install: $(STAMP)
 
@@ -22,11 +22,11 @@ lab: install
 
 # Unit, hygiene and notebook tests in one pytest run, two workers, one notebook per worker at a time.
 test: install
-	env -u MPLBACKEND $(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests notebooks $(NBVAL)
+	env -u MPLBACKEND $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --ignore=tests/browser tests notebooks $(NBVAL)
 	$(BIN)/python scripts/nbreport.py notebooks
 
 test-unit: install
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --ignore=tests/browser tests
 
 test-notebooks: install
 	env -u MPLBACKEND $(BIN)/python -m pytest -n $(JOBS) --dist loadfile notebooks $(NBVAL)
@@ -42,3 +42,8 @@ report: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
+
+# The walkthrough in a real browser: JupyterLab + headless Chromium (see tests/browser/).
+test-browser: install
+	bash scripts/browser_setup.sh
+	$(BIN)/python -m pytest -p no:cacheprovider tests/browser
