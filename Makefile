@@ -6,6 +6,7 @@ STAMP  := $(VENV)/.installed
 # nbval in strict mode: every code cell's output is compared unless tagged (see tests/nbval_sanitize.cfg).
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=120
 JOBS   ?= 2
+NB     ?= notebooks/*.ipynb
 
 .PHONY: install lab test test-browser test-unit test-notebooks notebooks report clean
 
@@ -34,7 +35,7 @@ test-notebooks: install
 # Re-run every notebook top to bottom in place: the committed outputs come from this.
 notebooks: install
 	env -u MPLBACKEND $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
-	    --ExecutePreprocessor.timeout=300 --ExecutePreprocessor.kernel_name=python3 notebooks/*.ipynb
+	    --ExecutePreprocessor.timeout=300 --ExecutePreprocessor.kernel_name=python3 $(NB)
 	$(BIN)/python scripts/nbreport.py notebooks
 
 report: install
