@@ -1,0 +1,58 @@
+"""The article's Boston experiment as one recipe, shared by `gpulab train`, the DDP worker and notebooks.
+
+Building the model and the data in one place is what makes a DDP run comparable with a
+single-device run: same seed, same split, same initial weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from gpulab.boston import Split, load_boston, split
+from gpulab.models import Net1
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The article's settings: ``Net1(13, 16, 32, 1)``, Adam lr 0.01, batch 128, 100 epochs.
+
+    ``batch_size`` is the GLOBAL batch: with several ranks each takes a share of it.
+    ``seed`` fixes the initial weights and the data order; ``split_seed`` the train/test split.
+    """
+
+    epochs: int = 100
+    batch_size: int = 128
+    lr: float = 0.01
+    seed: int = 0
+    split_seed: int = 42
+    drop_b: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
+        if not (isinstance(self.lr, (int, float)) and 0 < self.lr < float("inf")):
+            raise ValueError(f"lr={self.lr!r} must be a positive number")
+
+    def to_dict(self) -> dict:
+        """A JSON-friendly dict."""
+        return asdict(self)
+
+
+def boston_data(recipe: Recipe, device: str | torch.device = "cpu") -> Split:
+    """The standardised train/test split the recipe asks for, as float32 tensors on ``device``."""
+    return split(load_boston(drop_b=recipe.drop_b), seed=recipe.split_seed, device=device)
+
+
+def article_model(recipe: Recipe, in_dim: int = 13, device: str | torch.device = "cpu") -> Net1:
+    """``Net1(in_dim, 16, 32, 1)`` with initial weights fixed by ``recipe.seed``, on ``device``."""
+    torch.manual_seed(recipe.seed)
+    return Net1(in_dim, 16, 32, 1).to(device)
+
+
+def optimizer_for(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
+    """The article's optimizer: Adam with the recipe's learning rate."""
+    return torch.optim.Adam(model.parameters(), lr=recipe.lr)
