@@ -1,0 +1,200 @@
+"""Number formats for deep learning, measured: bytes per value, range, overflow, autocast speed.
+
+Everything here asks torch rather than a table: ``bytes_per_element`` creates a tensor and
+reads ``element_size()``; ``autocast_output_dtype`` runs a real matmul under ``torch.autocast``.
+Works on the CPU; takes the CUDA (or MPS) path when given such a device.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from gpulab.devices import pick_device
+
+#: The three formats the notebooks compare, by the names learners type.
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+def dtype_from_name(name: str | torch.dtype) -> torch.dtype:
+    """``"float16"`` (or ``"torch.float16"``, or the dtype itself) -> ``torch.float16``; ValueError otherwise."""
+    if isinstance(name, torch.dtype):
+        if name not in DTYPES.values():
+            raise ValueError(f"dtype {name} is not compared here: use one of {', '.join(DTYPES)}")
+        return name
+    text = str(name).strip().lower().removeprefix("torch.")
+    if text not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}: use one of {', '.join(DTYPES)}")
+    return DTYPES[text]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def bytes_per_element(dtype: str | torch.dtype) -> int:
+    """Bytes one value takes, measured with ``element_size()`` of a real tensor."""
+    return torch.empty((), dtype=dtype_from_name(dtype)).element_size()
+
+
+@dataclass(frozen=True)
+class DtypeFacts:
+    """What one format can hold: bytes per value, largest finite value, smallest normal value, step at 1.0."""
+
+    name: str
+    bytes: int
+    max: float
+    smallest_normal: float
+    eps: float
+
+    def to_dict(self) -> dict:
+        """A JSON-friendly dict."""
+        return asdict(self)
+
+
+def dtype_table(dtypes: tuple[str, ...] = tuple(DTYPES)) -> list[DtypeFacts]:
+    """One ``DtypeFacts`` row per format, from ``element_size()`` and ``torch.finfo``."""
+    rows = []
+    for name in dtypes:
+        dtype = dtype_from_name(name)
+        info = torch.finfo(dtype)
+        rows.append(
+            DtypeFacts(dtype_name(dtype), bytes_per_element(dtype), float(info.max), float(info.smallest_normal), float(info.eps))
+        )
+    return rows
+
+
+def parameter_bytes(model: nn.Module) -> int:
+    """Bytes the model's parameters take, summed over every parameter tensor (shared ones once)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def parameter_count(model: nn.Module) -> int:
+    """How many numbers the model learns."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def parameter_bytes_by_dtype(model: nn.Module, dtypes: tuple[str, ...] = tuple(DTYPES)) -> dict[str, int]:
+    """Bytes of the model's parameters after casting a copy to each format (the model is untouched)."""
+    out = {}
+    for name in dtypes:
+        dtype = dtype_from_name(name)
+        out[dtype_name(dtype)] = parameter_bytes(copy.deepcopy(model).to(dtype))
+    return out
+
+
+def activation_bytes(model: nn.Module, x: torch.Tensor, dtype: str | torch.dtype | None = None) -> int:
+    """Bytes of every module output produced by one forward pass of ``x`` (what backward keeps).
+
+    With ``dtype`` the forward pass runs under ``torch.autocast`` with that format, on ``x``'s device.
+    """
+    sizes: list[int] = []
+
+    def hook(_module, _inputs, output):
+        if isinstance(output, torch.Tensor):
+            sizes.append(output.numel() * output.element_size())
+
+    leaves = [m for m in model.modules() if not list(m.children())] or [model]
+    handles = [m.register_forward_hook(hook) for m in leaves]
+    try:
+        enabled = dtype is not None
+        cast = dtype_from_name(dtype) if enabled else torch.bfloat16
+        with torch.no_grad(), torch.autocast(x.device.type, dtype=cast, enabled=enabled):
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return sum(sizes)
+
+
+def round_trip(values: list[float], dtype: str | torch.dtype) -> list[float]:
+    """Each value stored in ``dtype`` and read back as a Python float (``inf`` on overflow, ``0.0`` on underflow)."""
+    return torch.tensor(values, dtype=torch.float64).to(dtype_from_name(dtype)).double().tolist()
+
+
+#: Values that show where float16 breaks and bfloat16 does not: a large activation, a tiny gradient.
+OVERFLOW_VALUES: tuple[float, ...] = (1.0, 1000.0, 65504.0, 70000.0, 1e-4, 1e-8)
+
+
+def overflow_demo(values: tuple[float, ...] = OVERFLOW_VALUES) -> list[dict[str, float]]:
+    """For each value: what float32, float16 and bfloat16 keep of it."""
+    columns = {name: round_trip(list(values), name) for name in DTYPES}
+    return [{"value": v, **{name: columns[name][i] for name in DTYPES}} for i, v in enumerate(values)]
+
+
+def scaled_gradient_demo(gradient: float = 1e-8, scale: float = 2.0**16) -> dict[str, float]:
+    """What a loss scaler (``GradScaler``) does for a tiny gradient in float16.
+
+    Returns the gradient stored in float16 directly (underflows to 0), the scaled gradient in
+    float16, and that value unscaled again in float32 (close to the original).
+    """
+    if not scale > 0:
+        raise ValueError(f"scale={scale!r} must be a positive number")
+    plain = torch.tensor(gradient, dtype=torch.float16)
+    scaled = torch.tensor(gradient * scale, dtype=torch.float16)
+    return {
+        "gradient": gradient,
+        "scale": scale,
+        "float16": float(plain),
+        "scaled_float16": float(scaled),
+        "unscaled_float32": float(scaled.float() / scale),
+    }
+
+
+def autocast_output_dtype(device: str | torch.device, dtype: str | torch.dtype) -> torch.dtype | None:
+    """The dtype a small matmul produces under ``torch.autocast(device, dtype)``; ``None`` if unsupported there."""
+    device = pick_device(device)
+    cast = dtype_from_name(dtype)
+    try:
+        a = torch.ones(8, 8, device=device)
+        with torch.autocast(device.type, dtype=cast):
+            return (a @ a).dtype
+    except (RuntimeError, AssertionError, TypeError):
+        return None
+
+
+def bf16_supported(device: str | torch.device = "auto") -> bool:
+    """True where bfloat16 math is supported: CPUs, CUDA compute capability >= 8.0 (``torch.cuda.is_bf16_supported``)."""
+    device = pick_device(device)
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    return autocast_output_dtype(device, torch.bfloat16) == torch.bfloat16
+
+
+def autocast_matmul_seconds(
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype | None = None,
+    n: int = 512,
+    min_run_time: float = 0.2,
+) -> float:
+    """Median seconds of one ``n x n`` float32 matmul under ``torch.autocast(dtype)`` (``None``: no autocast).
+
+    Timed with ``torch.utils.benchmark.Timer``, which warms up and synchronizes CUDA for us.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n={n!r} must be a positive integer")
+    if not min_run_time > 0:
+        raise ValueError(f"min_run_time={min_run_time!r} must be a positive number of seconds")
+    from torch.utils import benchmark
+
+    device = pick_device(device)
+    enabled = dtype is not None
+    cast = dtype_from_name(dtype) if enabled else torch.bfloat16
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+
+    def step():
+        with torch.autocast(device.type, dtype=cast, enabled=enabled):
+            return a @ b
+
+    step()  # warm-up: first call pays for kernel selection
+    timer = benchmark.Timer(stmt="step()", globals={"step": step})
+    return float(timer.blocked_autorange(min_run_time=min_run_time).median)

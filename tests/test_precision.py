@@ -1,0 +1,107 @@
+"""gpulab.precision: sizes, ranges, overflow and autocast helpers (CPU; CUDA paths are in test_gpu.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from gpulab import precision
+from gpulab.models import Net1
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16", "torch.bfloat16", " Float16 "])
+def test_dtype_from_name_accepts_names(name):
+    dtype = precision.dtype_from_name(name)
+    assert precision.dtype_name(dtype) == name.strip().lower().removeprefix("torch.")
+
+
+@pytest.mark.parametrize("bad", ["float8", "", "half-ish", torch.int64, 3])
+def test_dtype_from_name_rejects_others(bad):
+    with pytest.raises(ValueError, match="float32, float16, bfloat16"):
+        precision.dtype_from_name(bad)
+
+
+def test_bytes_per_element_matches_itemsize():
+    for name, dtype in precision.DTYPES.items():
+        assert precision.bytes_per_element(name) == dtype.itemsize
+    assert precision.bytes_per_element("float16") * 2 == precision.bytes_per_element("float32")
+    assert precision.bytes_per_element("bfloat16") == precision.bytes_per_element("float16")
+
+
+def test_dtype_table_rows_agree_with_finfo():
+    rows = precision.dtype_table()
+    assert [r.name for r in rows] == list(precision.DTYPES)
+    by = {r.name: r for r in rows}
+    assert by["float16"].max == float(torch.finfo(torch.float16).max)
+    # bfloat16 keeps float32's range but not its precision; float16 the reverse trade.
+    assert by["bfloat16"].max > 1e38 > by["float16"].max
+    assert by["bfloat16"].eps > by["float16"].eps > by["float32"].eps
+    assert by["float32"].to_dict()["bytes"] == 4
+
+
+def test_parameter_bytes_by_dtype_scales_with_element_size_and_leaves_model_alone():
+    model = Net1(13, 16, 32, 1)
+    count = precision.parameter_count(model)
+    assert count == 13 * 16 + 16 + 16 * 32 + 32 + 32 + 1
+    sizes = precision.parameter_bytes_by_dtype(model)
+    for name, size in sizes.items():
+        assert size == count * precision.bytes_per_element(name)
+    assert next(model.parameters()).dtype == torch.float32
+    assert precision.parameter_bytes(model) == sizes["float32"]
+
+
+def test_activation_bytes_halves_under_bfloat16_autocast():
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    x = torch.randn(10, 8)
+    full = precision.activation_bytes(model, x)
+    assert full == 10 * (32 + 32 + 4) * 4
+    half = precision.activation_bytes(model, x, "bfloat16")
+    assert half < full  # linear outputs become 2-byte values
+    assert half == 10 * (32 + 32 + 4) * 2
+
+
+def test_overflow_demo_shows_float16_limits():
+    rows = {r["value"]: r for r in precision.overflow_demo()}
+    assert math.isinf(rows[70000.0]["float16"])
+    assert math.isfinite(rows[70000.0]["bfloat16"])
+    assert rows[65504.0]["float16"] == 65504.0
+    assert rows[1e-8]["float16"] == 0.0
+    assert rows[1e-8]["bfloat16"] > 0
+    assert rows[1.0] == {"value": 1.0, "float32": 1.0, "float16": 1.0, "bfloat16": 1.0}
+
+
+def test_round_trip_rejects_unknown_dtype():
+    with pytest.raises(ValueError, match="unknown dtype"):
+        precision.round_trip([1.0], "int8")
+
+
+def test_scaled_gradient_demo_recovers_a_gradient_float16_loses():
+    demo = precision.scaled_gradient_demo(1e-8, 2.0**16)
+    assert demo["float16"] == 0.0
+    assert demo["scaled_float16"] > 0
+    assert demo["unscaled_float32"] == pytest.approx(1e-8, rel=0.01)
+    with pytest.raises(ValueError, match="scale"):
+        precision.scaled_gradient_demo(1e-8, 0)
+
+
+def test_autocast_output_dtype_on_cpu():
+    assert precision.autocast_output_dtype("cpu", "bfloat16") == torch.bfloat16
+    assert precision.bf16_supported("cpu") is True
+
+
+def test_autocast_output_dtype_bad_device():
+    with pytest.raises(ValueError, match="device"):
+        precision.autocast_output_dtype("tpu", "bfloat16")
+
+
+def test_autocast_matmul_seconds_runs_and_checks_input():
+    seconds = precision.autocast_matmul_seconds("cpu", "bfloat16", n=32, min_run_time=0.01)
+    assert 0 < seconds < 10
+    assert precision.autocast_matmul_seconds("cpu", None, n=32, min_run_time=0.01) > 0
+    with pytest.raises(ValueError, match="n=0"):
+        precision.autocast_matmul_seconds("cpu", None, n=0)
+    with pytest.raises(ValueError, match="min_run_time"):
+        precision.autocast_matmul_seconds("cpu", None, n=8, min_run_time=0)
