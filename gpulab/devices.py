@@ -156,3 +156,18 @@ def synchronize(device: str | torch.device) -> None:
         torch.mps.synchronize()
     elif device.type == "xpu":
         torch.xpu.synchronize(device)
+
+
+def describe(device: str | torch.device = "auto") -> DeviceInfo:
+    """The ``DeviceInfo`` of one usable device (``"cuda"`` means ``cuda:0``); ValueError if absent."""
+    picked = pick_device(device)
+    name = str(picked) if picked.type != "mps" else "mps"
+    for info in list_devices():
+        if info.name == name:
+            return info
+    raise ValueError(f"device {str(device)!r} is not listed here; available: {', '.join(available_names())}")
+
+
+def is_accelerator(device: str | torch.device) -> bool:
+    """True for a GPU-like device (CUDA/ROCm, MPS, XPU), False for the CPU."""
+    return torch.device(device).type != "cpu"

@@ -1,0 +1,62 @@
+"""`gpulab bench matmul|copy`: measure GFLOP/s or GB/s on a device, print a table, optionally write JSON.
+
+Examples::
+
+    gpulab bench matmul --device cpu --sizes 256,512 --threads 1
+    gpulab bench copy --device cuda --kind h2d --pinned --sizes 64,256 --json h2d.json
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from gpulab import bench
+from gpulab.cli import positive_float, positive_int
+from gpulab.devices import pick_device
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        return bench.parse_sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register `bench`."""
+    parser = subparsers.add_parser(
+        "bench", help="measure matmul GFLOP/s or copy GB/s",
+        description="Measure matrix-multiply throughput (GFLOP/s) or memory-copy bandwidth (GB/s).")
+    parser.add_argument("probe", choices=bench.PROBES, help="matmul: n x n @ n x n; copy: a copy of N MiB")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps or xpu (default: auto)")
+    parser.add_argument("--sizes", type=_sizes, default=None,
+                        help="comma-separated: matrix sides for matmul, MiB for copy (default depends on device)")
+    parser.add_argument("--dtype", choices=list(bench.DTYPES), default="float32")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads for the measurement")
+    parser.add_argument("--kind", choices=bench.COPY_KINDS, default="device",
+                        help="copy only: within the device, host-to-device (h2d) or device-to-host (d2h)")
+    parser.add_argument("--pinned", action="store_true", help="copy only: pinned host memory (CUDA)")
+    parser.add_argument("--non-blocking", action="store_true", help="copy only: non_blocking=True")
+    parser.add_argument("--min-run-time", type=positive_float, default=0.2, help="seconds of timing per size")
+    parser.add_argument("--json", metavar="PATH", default=None, help="also write the results to this JSON file")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate everything first, then measure, print the table and write JSON if asked."""
+    device = pick_device(args.device)
+    if args.probe == "matmul" and (args.kind != "device" or args.pinned or args.non_blocking):
+        raise ValueError("--kind, --pinned and --non-blocking apply to the copy probe only")
+    sizes = args.sizes or bench.default_sizes(args.probe, device)
+    if args.probe == "matmul":
+        results = bench.matmul_sweep(device, sizes, args.dtype, threads=args.threads, min_run_time=args.min_run_time)
+    else:
+        results = bench.copy_sweep(device, sizes, args.kind, pinned=args.pinned, non_blocking=args.non_blocking,
+                                   dtype=args.dtype, threads=args.threads, min_run_time=args.min_run_time)
+    print(f"{results[0].description} ({results[0].device}), torch {results[0].torch_version}")
+    print(bench.format_table(results))
+    if args.json:
+        path = bench.save_results(args.json, results)
+        print(f"wrote {len(results)} result(s) to {path.name}")
+    return 0
