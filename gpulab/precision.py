@@ -161,11 +161,21 @@ def autocast_output_dtype(device: str | torch.device, dtype: str | torch.dtype) 
         return None
 
 
-def bf16_supported(device: str | torch.device = "auto") -> bool:
-    """True where bfloat16 math is supported: CPUs, CUDA compute capability >= 8.0 (``torch.cuda.is_bf16_supported``)."""
+def bf16_supported(device: str | torch.device = "auto", native: bool = True) -> bool:
+    """True where bfloat16 math is supported on ``device``.
+
+    On CUDA, ``native=True`` asks for hardware support (compute capability >= 8.0, Ampere and newer).
+    ``torch.cuda.is_bf16_supported()`` alone also says True on older GPUs, where bfloat16 is only
+    emulated (slowly): pass ``native=False`` to accept that. ROCm builds support it. Elsewhere
+    (CPU, MPS) a real autocast matmul decides.
+    """
     device = pick_device(device)
     if device.type == "cuda":
-        return bool(torch.cuda.is_bf16_supported())
+        if torch.version.hip:
+            return True
+        if native:
+            return torch.cuda.get_device_capability(device)[0] >= 8
+        return bool(torch.cuda.is_bf16_supported(including_emulation=True))
     return autocast_output_dtype(device, torch.bfloat16) == torch.bfloat16
 
 
