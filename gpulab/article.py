@@ -1,0 +1,85 @@
+"""The article's own training loop, kept as written there, to compare with ``gpulab.train.fit``.
+
+The article keeps the data on the host in a ``DataLoader`` and, for every batch, converts it
+with ``.type(torch.FloatTensor)`` (a *CPU* float32 tensor) and then copies it with
+``.to(device)``. ``fit`` instead moves the whole (small) dataset to the device once and takes
+batches by index. Same model, same optimizer, same loss: only the data path differs.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from gpulab.devices import pick_device, synchronize
+from gpulab.train import History
+
+
+def article_loader(
+    X: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int = 128,
+    *,
+    shuffle: bool = True,
+    pin_memory: bool = False,
+    seed: int = 0,
+) -> DataLoader:
+    """The article's ``DataLoader(TensorDataset(X, y), batch_size=128, shuffle=True)``, data on the host."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
+    if len(X) != len(y):
+        raise ValueError(f"X has {len(X)} rows but y has {len(y)}: they must match")
+    generator = torch.Generator().manual_seed(int(seed))
+    return DataLoader(
+        TensorDataset(X.cpu(), y.cpu()),
+        batch_size=batch_size,
+        shuffle=shuffle,
+        pin_memory=pin_memory,
+        generator=generator,
+    )
+
+
+def train_article(
+    model: nn.Module,
+    loader: DataLoader,
+    *,
+    epochs: int = 100,
+    lr: float = 0.01,
+    device: str | torch.device = "cpu",
+    optimizer: torch.optim.Optimizer | None = None,
+) -> History:
+    """Train as the article does: per batch ``.type(torch.FloatTensor).to(device)``; returns a ``History``.
+
+    ``model`` must already be on ``device``. Loss is ``nn.MSELoss()``, optimizer Adam with ``lr``.
+    """
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
+        raise ValueError(f"epochs={epochs!r} must be a non-negative integer")
+    device = pick_device(device)
+    optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr)
+    criterion = nn.MSELoss()
+    history = History(device=str(device))
+    model.train()
+    for epoch in range(epochs):
+        synchronize(device)
+        start = time.perf_counter()
+        total, count = 0.0, 0
+        for data, target in loader:
+            data = data.type(torch.FloatTensor).to(device)
+            target = target.type(torch.FloatTensor).to(device)
+            optimizer.zero_grad()
+            output = model(data)
+            loss = criterion(output, target)
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(data)
+            count += len(data)
+        synchronize(device)
+        seconds = time.perf_counter() - start
+        history.epochs.append(epoch)
+        history.loss.append(total / count if count else float("nan"))
+        history.seconds.append(seconds)
+        history.samples_per_s.append(count / seconds if seconds > 0 else float("inf"))
+    return history

@@ -1,0 +1,96 @@
+"""`gpulab train`: the article's Boston experiment on one device (optionally nn.DataParallel).
+
+Built on ``gpulab.experiment`` and ``gpulab.train.fit`` exactly as ``gpulab ddp`` is, so the
+same ``--seed``, ``--batch-size``, ``--epochs`` and ``--lr`` give the same final weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch import nn
+
+from gpulab.cli import non_negative_int, positive_float, positive_int
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register `gpulab train`."""
+    p = subparsers.add_parser(
+        "train",
+        help="train the article's Net1 on the Boston data and report test RMSE and R²",
+        description="Train the article's Net1(13, 16, 32, 1) on the Boston housing data (Adam, MSE) "
+        "and report test RMSE, R² and training time.",
+    )
+    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps or xpu")
+    p.add_argument("--epochs", type=positive_int, default=100, help="epochs (default 100)")
+    p.add_argument("--batch-size", type=positive_int, default=128, help="global batch size (default 128)")
+    p.add_argument("--lr", type=positive_float, default=0.01, help="Adam learning rate (default 0.01)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="initial weights and data order (default 0)")
+    p.add_argument("--split-seed", type=non_negative_int, default=42, help="train/test split (default 42)")
+    p.add_argument("--no-b", action="store_true", help="leave out the B column of the data")
+    p.add_argument("--data-parallel", action="store_true",
+                   help="wrap the model in nn.DataParallel over every CUDA GPU (CUDA devices only)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--save", metavar="PATH", help="write the trained state_dict here (no 'module.' prefix)")
+    p.add_argument("--json", metavar="PATH", help="write recipe, device, history and metrics here as JSON")
+    p.set_defaults(func=run)
+    return p
+
+
+def _wrap_data_parallel(model: nn.Module, device: torch.device) -> tuple[nn.Module, list[int], str]:
+    """``nn.DataParallel`` over all CUDA GPUs with ``device`` first; other devices stay unwrapped."""
+    if device.type != "cuda":
+        return model, [], (f"note: nn.DataParallel splits batches over CUDA GPUs only; on {device.type} "
+                           "the model runs unwrapped (with no GPU, DataParallel would just call the module)")
+    first = device.index or 0
+    ids = [first] + [i for i in range(torch.cuda.device_count()) if i != first]
+    note = f"nn.DataParallel over {len(ids)} GPU(s): {ids}"
+    if len(ids) == 1:
+        note += " (one GPU: every batch goes to it unchanged, no speed-up)"
+    return nn.DataParallel(model, device_ids=ids), ids, note
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train, evaluate, report; optional --save and --json. Returns the exit status."""
+    from gpulab.atomic import torch_save, write_json
+    from gpulab.devices import pick_device
+    from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
+    from gpulab.train import evaluate, fit
+
+    device = pick_device(args.device)
+    recipe = Recipe(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+                    split_seed=args.split_seed, drop_b=args.no_b)
+    data = boston_data(recipe, device=device)
+    model = article_model(recipe, in_dim=data.X_train.shape[1], device=device)
+    optimizer = optimizer_for(model, recipe)
+    net, device_ids = model, []
+    if args.data_parallel:
+        net, device_ids, note = _wrap_data_parallel(model, device)
+        print(note)
+    start = time.perf_counter()
+    history = fit(net, (data.X_train, data.y_train), epochs=recipe.epochs, lr=recipe.lr, optimizer=optimizer,
+                  batch_size=recipe.batch_size, device=device, seed=recipe.seed,
+                  progress=not args.no_progress)
+    train_seconds = time.perf_counter() - start
+    metrics = evaluate(model, data.X_test, data.y_test)
+    print(f"device {device}  epochs {recipe.epochs}  batch {recipe.batch_size}  lr {recipe.lr:g}  seed {recipe.seed}"
+          f"{'  without B' if recipe.drop_b else ''}")
+    print(f"test RMSE {metrics['rmse']:.3f}  R² {metrics['r2']:.3f}  train {train_seconds:.2f} s")
+    if args.save:
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        torch_save(args.save, state)
+        print(f"saved state_dict to {args.save}")
+    if args.json:
+        write_json(args.json, {
+            "recipe": recipe.to_dict(),
+            "device": str(device),
+            "data_parallel": {"requested": bool(args.data_parallel), "device_ids": device_ids},
+            "history": history.to_dict(),
+            "metrics": metrics,
+            "train_seconds": train_seconds,
+            "feature_names": list(data.feature_names),
+        })
+        print(f"wrote {args.json}")
+    return 0

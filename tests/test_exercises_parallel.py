@@ -1,0 +1,65 @@
+"""The checks of notebooks 03 and 04 say 'Correct' for right answers and explain wrong ones."""
+
+import pytest
+import torch
+
+from gpulab.exercises.data_parallel import check_replica_sizes
+from gpulab.exercises.single_device import check_move_batch
+from gpulab.parallel import replica_batch_sizes
+
+
+def _right(batch, device):
+    x, y = batch
+    return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+
+def test_move_batch_right_answer():
+    fb = check_move_batch(_right)
+    assert fb.ok and str(fb).startswith("Correct:")
+
+
+def _in_place_attempt(batch, device):
+    x, y = batch
+    x.to(device)  # result thrown away: the classic mistake
+    y.to(device)
+    return x, y
+
+
+@pytest.mark.parametrize("answer,word", [
+    (lambda b, d: b, "still on cpu"),
+    (_in_place_attempt, "still on cpu"),
+    (lambda b, d: (b[0].to(d),), "pair"),
+    (lambda b, d: (b[0].to(d), b[1]), "y is still on cpu"),
+    (lambda b, d: (b[0].to(d).double(), b[1].to(d)), "dtype"),
+    (lambda b, d: (b[0].to(d), "y"), "tensor"),
+    (lambda b, d: 1 / 0, "ZeroDivisionError"),
+    ("not a function", "function"),
+])
+def test_move_batch_wrong_answers(answer, word):
+    fb = check_move_batch(answer)
+    assert not fb.ok and str(fb).startswith("Not yet:") and word in fb.message
+
+
+@pytest.mark.parametrize("batch,gpus", [(10, 4), (128, 3), (128, 2), (5, 4), (2, 3), (7, 7)])
+def test_replica_sizes_right(batch, gpus):
+    answer = [len(c) for c in torch.arange(batch).chunk(gpus)]
+    fb = check_replica_sizes(answer, batch, gpus)
+    assert fb.ok and str(fb).startswith("Correct:")
+
+
+@pytest.mark.parametrize("answer,word", [
+    (None, "fill in"),
+    (..., "fill in"),
+    ([3, 3, 2, 2], "torch.chunk"),  # the even split DataParallel does NOT do
+    ([3, 3, 3, 1, 0], "torch.chunk"),
+    ([3, 3, 3], "add up to 9"),
+    ("abc", "whole numbers"),
+    (7, "whole numbers"),
+])
+def test_replica_sizes_wrong(answer, word):
+    fb = check_replica_sizes(answer, 10, 4)
+    assert not fb.ok and str(fb).startswith("Not yet:") and word in fb.message
+
+
+def test_checker_agrees_with_parallel():
+    assert check_replica_sizes(replica_batch_sizes(101, 7), 101, 7).ok
