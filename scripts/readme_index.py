@@ -1,0 +1,200 @@
+"""Generate the README's notebook index and each notebook's previous/next links from the title cells.
+
+    python scripts/readme_index.py            # rewrite the index block in README.md
+    python scripts/readme_index.py --check    # exit 1 if README.md is stale (CI, hygiene tests)
+    python scripts/readme_index.py --nav      # also rewrite the navigation line in each notebook's last cell
+
+Every notebook's first cell is markdown of this shape (one line each):
+
+    # NN · Title
+    **You will learn:** one sentence.
+    **Runs in:** about N s on a CPU laptop, about N s on a GPU.
+
+tests/test_hygiene.py uses the same functions, so the index and links are never maintained by hand.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+START, END = "<!-- index:start -->", "<!-- index:end -->"
+NAME_RE = re.compile(r"^(\d{2})_[a-z0-9]+(?:_[a-z0-9]+)*\.ipynb$")
+TITLE_RE = re.compile(r"^# (\d{2}) · (\S.*?)\s*$")
+LEARN_RE = re.compile(r"^\*\*You will learn:\*\* (\S.*?)\s*$")
+RUNS_RE = re.compile(r"^\*\*Runs in:\*\* (about \S.*?) on a CPU laptop, (\S.*?)\s*$")
+NAV_LINK_RE = re.compile(r"\]\(\d{2}_[A-Za-z0-9_]+\.ipynb\)")
+
+
+@dataclass(frozen=True)
+class Header:
+    """What a notebook's title cell says."""
+
+    filename: str
+    number: str
+    title: str
+    learn: str
+    cpu_time: str
+
+
+def notebook_paths(folder: Path) -> list[Path]:
+    """All .ipynb files directly in ``folder``, sorted by name."""
+    return sorted(Path(folder).glob("*.ipynb"))
+
+
+def load_cells(path: Path) -> list[dict]:
+    """The notebook's cells as plain dicts."""
+    return json.loads(Path(path).read_text(encoding="utf-8")).get("cells", [])
+
+
+def source(cell: dict) -> str:
+    """A cell's source as one string."""
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def parse_header(filename: str, cell: dict) -> Header:
+    """Parse a title cell; ValueError naming the file and the expected shape when it does not match."""
+    lines = [ln for ln in source(cell).splitlines() if ln.strip()]
+    shape = "'# NN · Title' / '**You will learn:** ...' / '**Runs in:** about N s on a CPU laptop, ...'"
+    if cell.get("cell_type") != "markdown" or len(lines) < 3:
+        raise ValueError(f"{filename}: first cell must be markdown with three lines {shape}")
+    title, learn, runs = TITLE_RE.match(lines[0]), LEARN_RE.match(lines[1]), RUNS_RE.match(lines[2])
+    if not (title and learn and runs):
+        raise ValueError(f"{filename}: first cell {lines[:3]!r} does not match {shape}")
+    name = NAME_RE.match(filename)
+    if not name or name.group(1) != title.group(1):
+        raise ValueError(f"{filename}: title number {title.group(1)!r} must match the file name's NN")
+    return Header(filename, title.group(1), title.group(2), learn.group(1), runs.group(1))
+
+
+def read_header(path: Path) -> Header:
+    """The parsed title cell of the notebook at ``path``."""
+    cells = load_cells(path)
+    if not cells:
+        raise ValueError(f"{Path(path).name}: notebook has no cells")
+    return parse_header(Path(path).name, cells[0])
+
+
+def index_table(headers: list[Header], link_dir: str = "notebooks") -> str:
+    """The markdown table for the README (a short line when there are no notebooks)."""
+    if not headers:
+        return "_No notebooks yet._"
+
+    def esc(text: str) -> str:
+        return text.replace("|", r"\|")
+
+    rows = ["| # | Notebook | What you will learn | CPU run time |", "|---|---|---|---|"]
+    for h in headers:
+        link = f"[{esc(h.title)}]({link_dir}/{h.filename})"
+        rows.append(f"| {h.number} | {link} | {esc(h.learn)} | {esc(h.cpu_time)} |")
+    return "\n".join(rows)
+
+
+def render_readme(readme: str, table: str) -> str:
+    """``readme`` with the text between the index markers replaced by ``table``."""
+    if readme.count(START) != 1 or readme.count(END) != 1 or readme.index(START) > readme.index(END):
+        raise ValueError(f"README must contain {START} then {END}, once each")
+    head, rest = readme.split(START)
+    _, tail = rest.split(END)
+    return f"{head}{START}\n{table}\n{END}{tail}"
+
+
+def nav_line(headers: list[Header], i: int) -> str:
+    """The navigation line for notebook ``headers[i]``: links to the previous and next notebooks."""
+    parts = []
+    if i > 0:
+        p = headers[i - 1]
+        parts.append(f"[← {p.number} · {p.title}]({p.filename})")
+    if i + 1 < len(headers):
+        n = headers[i + 1]
+        parts.append(f"[Next: {n.number} · {n.title} →]({n.filename})")
+    return " | ".join(parts)
+
+
+def nav_lines_in(cell: dict) -> list[str]:
+    """Lines of ``cell`` that link to a notebook (the navigation line, if present)."""
+    return [ln.strip() for ln in source(cell).splitlines() if NAV_LINK_RE.search(ln)]
+
+
+def with_nav(text: str, nav: str) -> str:
+    """Markdown ``text`` with its notebook-link lines removed and ``nav`` appended as the last line."""
+    kept = [ln for ln in text.splitlines() if not NAV_LINK_RE.search(ln)]
+    body = "\n".join(kept).rstrip()
+    return f"{body}\n\n{nav}" if nav else body
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def fix_nav(paths: list[Path], headers: list[Header]) -> list[str]:
+    """Rewrite the navigation line of each notebook whose last cell is stale; returns the changed names."""
+    import nbformat  # a test dependency; only needed when rewriting notebooks
+
+    changed = []
+    for i, path in enumerate(paths):
+        nb = nbformat.read(str(path), as_version=4)
+        last = nb.cells[-1] if nb.cells else None
+        if last is None or last.cell_type != "markdown":
+            raise ValueError(f"{path.name}: last cell must be markdown (summary + navigation line)")
+        new = with_nav(last.source, nav_line(headers, i))
+        if new != last.source:
+            last.source = new
+            text = nbformat.writes(nb)
+            write_atomic(path, text if text.endswith("\n") else text + "\n")
+            changed.append(path.name)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale; write nothing")
+    parser.add_argument("--nav", action="store_true", help="also rewrite each notebook's navigation line")
+    parser.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this checkout)")
+    args = parser.parse_args(argv)
+    readme_path, folder = args.root / "README.md", args.root / "notebooks"
+    try:
+        paths = notebook_paths(folder)
+        headers = [read_header(p) for p in paths]
+        readme = readme_path.read_text(encoding="utf-8")
+        wanted = render_readme(readme, index_table(headers))
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        if wanted != readme:
+            print("README.md notebook index is stale: run `python scripts/readme_index.py`", file=sys.stderr)
+            return 1
+        print(f"README.md index is up to date ({len(headers)} notebooks)")
+        return 0
+    if wanted != readme:
+        write_atomic(readme_path, wanted)
+        print(f"README.md index rewritten ({len(headers)} notebooks)")
+    if args.nav:
+        try:
+            for name in fix_nav(paths, headers):
+                print(f"{name}: navigation line rewritten")
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
