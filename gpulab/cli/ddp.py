@@ -1,0 +1,76 @@
+"""`gpulab ddp`: train the article's model with DistributedDataParallel through torchrun.
+
+    gpulab ddp --nproc 2 --epochs 20 --save model.pt --json run.json
+    gpulab ddp --nproc 2 --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500  # on node 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from gpulab.cli import non_negative_int, positive_float, positive_int
+from gpulab.experiment import Recipe
+
+
+def port(text: str) -> int:
+    """argparse type: a TCP port, 1..65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a port in 1..65535")
+    return value
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register `gpulab ddp`."""
+    d = Recipe()
+    p = subparsers.add_parser("ddp", help="train with DDP over several processes (torchrun)",
+                              description="Train the article's model with DDP: torchrun runs gpulab.ddp_worker "
+                                          "once per rank. --batch-size is the GLOBAL batch.")
+    p.add_argument("--nproc", type=positive_int, required=True, help="ranks (processes) on this node")
+    p.add_argument("--epochs", type=positive_int, default=d.epochs)
+    p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="global batch over all ranks")
+    p.add_argument("--lr", type=positive_float, default=d.lr)
+    p.add_argument("--seed", type=non_negative_int, default=d.seed)
+    p.add_argument("--split-seed", type=non_negative_int, default=d.split_seed)
+    p.add_argument("--no-b", action="store_true", help="train without the B column")
+    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
+    p.add_argument("--save", metavar="PATH", help="save the final state_dict here")
+    p.add_argument("--json", metavar="PATH", help="write metrics and history here")
+    p.add_argument("--checkpoint-dir", metavar="DIR", help="checkpoint every epoch; resume from the newest")
+    p.add_argument("--max-restarts", type=non_negative_int, default=0, help="restarts torchrun may make")
+    p.add_argument("--nnodes", type=positive_int, default=1)
+    p.add_argument("--node-rank", type=non_negative_int, default=0)
+    p.add_argument("--master-addr", default=None, help="address of node 0 (several nodes)")
+    p.add_argument("--master-port", type=port, default=None, help="port on node 0 (several nodes)")
+    p.add_argument("--log-every", type=positive_int, default=1, help="log every N epochs")
+    p.add_argument("--timeout", type=positive_float, default=3600.0, help="seconds before everything is stopped")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate, launch torchrun, stream its output; 0 on success, 1 if a rank failed."""
+    from gpulab.launch import LaunchError, check_nproc, launch, worker_args
+
+    if args.node_rank >= args.nnodes:
+        raise ValueError(f"--node-rank {args.node_rank} must be below --nnodes {args.nnodes} (0..{args.nnodes - 1})")
+    if args.nnodes > 1 and args.master_port is None:
+        raise ValueError("--nnodes above 1 needs --master-port (and --master-addr of node 0)")
+    recipe = Recipe(args.epochs, args.batch_size, args.lr, args.seed, args.split_seed, args.no_b)
+    backend = check_nproc(args.nproc, args.backend)
+    absolute = {k: os.path.abspath(v) if v else None for k, v in
+                (("save", args.save), ("json", args.json), ("ckpt", args.checkpoint_dir))}
+    wargs = worker_args(recipe, backend=backend, save=absolute["save"], json_path=absolute["json"],
+                        checkpoint_dir=absolute["ckpt"], log_every=args.log_every)
+    try:
+        launch("gpulab.ddp_worker", wargs, nproc=args.nproc, timeout=args.timeout, backend=backend,
+               nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
+               master_port=args.master_port, max_restarts=args.max_restarts)
+    except LaunchError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+    return 0

@@ -1,0 +1,155 @@
+"""The DDP worker: the program `torchrun` starts once per rank.
+
+    torchrun --standalone --nproc-per-node 2 -m gpulab.ddp_worker --epochs 20 --save model.pt
+
+Every rank builds the same model, data and optimizer from ``gpulab.experiment``, wraps the
+model in ``DistributedDataParallel`` and runs the ordinary ``gpulab.train.fit`` loop with
+its ``rank`` and ``world_size``: fit gives each rank its slice of every global batch, the
+same way on every rank and every restart. Only rank 0 logs, checkpoints and saves. Each
+output line is written whole and prefixed ``[rank N]`` so a launcher can tell ranks apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import sys
+import time
+import traceback
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+from gpulab import checkpoint
+from gpulab.atomic import torch_save, write_json
+from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
+from gpulab.launch import prefix_output
+from gpulab.train import History, fit
+
+
+def choose_backend(requested: str, local_world_size: int) -> str:
+    """``nccl`` when every local rank has its own CUDA device, else ``gloo`` (``requested`` wins)."""
+    if requested not in ("auto", "gloo", "nccl"):
+        raise ValueError(f"backend={requested!r}: use auto, gloo or nccl")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if requested == "nccl" and local_world_size > gpus:
+        raise ValueError(f"backend nccl needs one CUDA device per rank: {local_world_size} ranks, {gpus} GPU(s)")
+    if requested == "auto":
+        return "nccl" if 0 < local_world_size <= gpus else "gloo"
+    return requested
+
+
+@torch.no_grad()
+def distributed_metrics(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, rank: int, world: int) -> dict:
+    """Test MSE, RMSE and R²: each rank scores its slice of ``X``, the sums are all-reduced."""
+    was_training = model.training
+    model.eval()
+    xs, ys = X.tensor_split(world)[rank], y.tensor_split(world)[rank]
+    pred = model(xs).double().reshape(-1) if len(xs) else torch.zeros(0, dtype=torch.float64, device=X.device)
+    yd = ys.double().reshape(-1)
+    sums = torch.stack([((pred - yd) ** 2).sum(), yd.sum(), (yd**2).sum(), torch.tensor(float(len(yd)), device=yd.device, dtype=torch.float64)])
+    model.train(was_training)
+    if dist.is_initialized():
+        dist.all_reduce(sums)
+    sse, sy, syy, n = sums.tolist()
+    total = syy - sy * sy / n
+    mse = sse / n
+    return {"mse": mse, "rmse": math.sqrt(mse), "r2": 1.0 - sse / total if total > 0 else math.nan}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The worker's options (``--batch-size`` is the GLOBAL batch, shared by all ranks)."""
+    d = Recipe()
+    p = argparse.ArgumentParser(prog="gpulab.ddp_worker", description=__doc__.splitlines()[0])
+    p.add_argument("--epochs", type=int, default=d.epochs)
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch, over all ranks")
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--split-seed", type=int, default=d.split_seed)
+    p.add_argument("--no-b", action="store_true", help="leave out the B column")
+    p.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
+    p.add_argument("--save", help="rank 0 saves the final state_dict here")
+    p.add_argument("--json", help="rank 0 writes metrics and history here")
+    p.add_argument("--checkpoint-dir", help="checkpoint every epoch here and resume from the newest")
+    p.add_argument("--log-every", type=int, default=1, help="rank 0 logs every N epochs")
+    p.add_argument("--pg-timeout", type=float, default=120.0, help="seconds any collective may wait")
+    p.add_argument("--epoch-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # slows epochs for the crash test
+    return p.parse_args(argv)
+
+
+def train(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> dict:
+    """One rank's whole job once the process group is up; returns rank 0's summary."""
+    recipe = Recipe(args.epochs, args.batch_size, args.lr, args.seed, args.split_seed, args.no_b)
+    device = torch.device("cuda", local_rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+    data = boston_data(recipe, device)
+    model = article_model(recipe, in_dim=data.X_train.shape[1], device=device)
+    optimizer = optimizer_for(model, recipe)
+    start_epoch, old = 0, {}
+    if args.checkpoint_dir:
+        start_epoch, old = checkpoint.resume(args.checkpoint_dir, model, optimizer)
+        if start_epoch and rank == 0:
+            print(f"resuming from {checkpoint.checkpoint_path('', start_epoch - 1)} (epoch {start_epoch})", flush=True)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    history = History(**old) if old else History(device=str(device))
+
+    def on_epoch_end(epoch: int, h: History) -> None:
+        for key in ("epochs", "loss", "seconds", "samples_per_s"):
+            getattr(history, key).append(getattr(h, key)[-1])
+        if rank == 0:
+            if args.checkpoint_dir:
+                checkpoint.save(args.checkpoint_dir, epoch, ddp, optimizer, history.to_dict())
+            if (epoch + 1) % args.log_every == 0 or epoch + 1 == recipe.epochs:
+                print(f"epoch {epoch + 1:>3}/{recipe.epochs}  loss {h.loss[-1]:.4f}", flush=True)
+        if args.epoch_delay:
+            time.sleep(args.epoch_delay)
+
+    start = time.perf_counter()
+    fit(ddp, (data.X_train, data.y_train), epochs=recipe.epochs, optimizer=optimizer, batch_size=recipe.batch_size,
+        device=device, seed=recipe.seed, progress=False, rank=rank, world_size=world, start_epoch=start_epoch,
+        on_epoch_end=on_epoch_end)
+    seconds = time.perf_counter() - start
+    metrics = distributed_metrics(ddp, data.X_test, data.y_test, rank, world)
+    summary = {"recipe": recipe.to_dict(), "world_size": world, "backend": dist.get_backend(), "device": str(device),
+               "resumed_from_epoch": start_epoch, "train_seconds": seconds, "metrics": metrics,
+               "history": history.to_dict()}
+    if rank == 0:
+        if args.save:
+            torch_save(args.save, {k: v.detach().cpu() for k, v in ddp.module.state_dict().items()})
+        if args.json:
+            write_json(args.json, summary)
+        print(f"done: test RMSE {metrics['rmse']:.3f}, R2 {metrics['r2']:.3f}", flush=True)
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point under torchrun: read its environment, set up, train, always tear down."""
+    args = parse_args(argv)
+    env = os.environ
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        sys.stderr.write("error: run me under torchrun (RANK and WORLD_SIZE are not set)\n")
+        return 2
+    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+    local_rank, local_world = int(env.get("LOCAL_RANK", 0)), int(env.get("LOCAL_WORLD_SIZE", world))
+    prefix_output(rank)  # every line '[rank N] ...', written whole
+    try:
+        backend = choose_backend(args.backend, local_world)
+        if backend == "nccl":
+            torch.cuda.set_device(local_rank)  # before init_process_group: one GPU per rank
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=args.pg_timeout))
+        train(args, rank, world, local_rank)
+        return 0
+    except Exception:
+        sys.stderr.write(traceback.format_exc())
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
