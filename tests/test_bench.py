@@ -1,0 +1,220 @@
+"""gpulab.bench: probes on the CPU with tiny sizes, input validation, thread handling and JSON round trips."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+import torch
+
+from gpulab import bench
+
+FAST = 0.01  # seconds of timing per measurement: enough to exercise the code, not to measure
+
+
+def test_matmul_probe_reports_consistent_fields():
+    r = bench.matmul_probe("cpu", size=32, dtype="float32", min_run_time=FAST)
+    assert (r.probe, r.device, r.dtype, r.size, r.unit) == ("matmul", "cpu", "float32", 32, "GFLOP/s")
+    assert r.seconds > 0 and r.repeats > 0
+    assert r.rate == pytest.approx(2 * 32**3 / r.seconds / 1e9)
+    assert r.torch_version == torch.__version__ and r.threads == torch.get_num_threads()
+    assert dt.datetime.fromisoformat(r.date).utcoffset() == dt.timedelta(0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", torch.bfloat16])
+def test_matmul_probe_half_precision_on_cpu_works_or_says_why(dtype):
+    try:
+        r = bench.matmul_probe("cpu", size=16, dtype=dtype, min_run_time=FAST)
+    except ValueError as exc:  # a torch build without CPU half matmul must say so in one line
+        assert "not supported" in str(exc) and "\n" not in str(exc)
+    else:
+        assert r.dtype == bench.check_dtype(dtype) and r.rate > 0
+
+
+def test_unsupported_matmul_becomes_one_line_value_error(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError('"addmm_impl_cpu_" not implemented for \'Half\'\nmore detail')
+
+    monkeypatch.setattr(bench, "time_call", broken)
+    with pytest.raises(ValueError, match="float16 matmul is not supported on cpu") as info:
+        bench.matmul_probe("cpu", 8, "float16")
+    assert "\n" not in str(info.value)
+
+
+def test_threads_are_set_for_the_measurement_and_restored():
+    before = torch.get_num_threads()
+    r = bench.matmul_probe("cpu", size=16, threads=1, min_run_time=FAST)
+    assert r.threads == 1
+    assert torch.get_num_threads() == before
+
+
+def test_threads_are_restored_after_an_error():
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError):
+        with bench.using_threads(1):
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("boom")
+    assert torch.get_num_threads() == before
+
+
+def test_copy_probe_within_cpu_counts_read_and_write():
+    r = bench.copy_probe("cpu", size_mb=1, min_run_time=FAST)
+    assert (r.probe, r.kind, r.unit, r.pinned, r.non_blocking) == ("copy", "device", "GB/s", False, False)
+    assert r.bytes_moved == 2 * 2**20
+    assert r.rate == pytest.approx(r.bytes_moved / r.seconds / 1e9)
+
+
+@pytest.mark.parametrize("dtype, size_mb", [("float16", 1), ("bfloat16", 2)])
+def test_copy_probe_moves_the_same_bytes_whatever_the_dtype(dtype, size_mb):
+    r = bench.copy_probe("cpu", size_mb=size_mb, dtype=dtype, min_run_time=FAST)
+    assert r.bytes_moved == 2 * size_mb * 2**20 and r.dtype == dtype
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: bench.matmul_probe("cpu", 0), "size 0"),
+        (lambda: bench.matmul_probe("cpu", -4), "size -4"),
+        (lambda: bench.matmul_probe("cpu", 2.5), "size 2.5"),
+        (lambda: bench.matmul_probe("cpu", True), "size True"),
+        (lambda: bench.matmul_probe("cpu", 8, "float64"), "unknown dtype 'float64'"),
+        (lambda: bench.matmul_probe("cpu", 8, "int8"), "float32, float16, bfloat16"),
+        (lambda: bench.matmul_probe("tpu", 8), "unknown device"),
+        (lambda: bench.matmul_probe("cpu", 8, threads=0), "threads 0"),
+        (lambda: bench.copy_probe("cpu", 0), "size_mb 0"),
+        (lambda: bench.copy_probe("cpu", 1, "sideways"), "unknown copy kind"),
+        (lambda: bench.copy_probe("cpu", 1, "h2d"), "needs an accelerator"),
+        (lambda: bench.copy_probe("cpu", 1, "d2h"), "needs an accelerator"),
+        (lambda: bench.copy_probe("cpu", 1, pinned=True), "pinned=True"),
+        (lambda: bench.time_call("x", {"x": 1}, min_run_time=0), "min_run_time"),
+        (lambda: bench.matmul_sweep("cpu", [8, 0]), "size 0"),
+        (lambda: bench.copy_sweep("cpu", [1, -1]), "size_mb -1"),
+        (lambda: bench.default_sizes("fft"), "unknown probe"),
+    ],
+)
+def test_bad_inputs_raise_one_line_value_errors(call, match):
+    with pytest.raises(ValueError, match=match) as info:
+        call()
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_absent_cuda_is_refused_before_measuring():
+    with pytest.raises(ValueError, match="not available"):
+        bench.copy_probe("cuda", 1, "h2d", pinned=True)
+
+
+@pytest.mark.parametrize("text, expected", [("256", [256]), ("64, 128,256", [64, 128, 256])])
+def test_parse_sizes(text, expected):
+    assert bench.parse_sizes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "256,", "a", "1,x", "0", "-5", "1.5"])
+def test_parse_sizes_rejects(text):
+    with pytest.raises(ValueError):
+        bench.parse_sizes(text)
+
+
+def test_sweeps_return_one_result_per_size_in_order():
+    rs = bench.matmul_sweep("cpu", [8, 16], min_run_time=FAST)
+    assert [r.size for r in rs] == [8, 16]
+    cs = bench.copy_sweep("cpu", [1, 2], min_run_time=FAST)
+    assert [r.size for r in cs] == [1, 2]
+
+
+def test_default_sizes_on_cpu_are_small():
+    assert max(bench.default_sizes("matmul", "cpu")) <= 1024
+    assert max(bench.default_sizes("copy", "cpu")) <= 64
+
+
+def test_json_round_trip(tmp_path):
+    rs = [bench.matmul_probe("cpu", 8, min_run_time=FAST), bench.copy_probe("cpu", 1, min_run_time=FAST)]
+    path = bench.save_results(tmp_path / "sub" / "run.json", rs)
+    data = json.loads(path.read_text())
+    assert data["format"] == bench.FORMAT and data["environment"]["torch"] == torch.__version__
+    assert bench.load_results(path) == rs
+    assert [p.name for p in path.parent.iterdir()] == ["run.json"]  # no temporary left behind
+    assert bench.BenchResult.from_dict(rs[0].to_dict()) == rs[0]
+
+
+def test_save_refuses_nothing_and_directories(tmp_path):
+    with pytest.raises(ValueError, match="no results"):
+        bench.save_results(tmp_path / "x.json", [])
+    r = bench.matmul_probe("cpu", 8, min_run_time=FAST)
+    with pytest.raises(ValueError, match="directory"):
+        bench.save_results(tmp_path, [r])
+
+
+def test_load_rejects_files_that_are_not_bench_files(tmp_path):
+    (tmp_path / "a.json").write_text("{not json")
+    with pytest.raises(ValueError, match="a.json is not valid JSON"):
+        bench.load_results(tmp_path / "a.json")
+    (tmp_path / "b.json").write_text(json.dumps({"results": []}))
+    with pytest.raises(ValueError, match="not a gpulab bench file"):
+        bench.load_results(tmp_path / "b.json")
+    good = bench.matmul_probe("cpu", 8, min_run_time=FAST).to_dict()
+    for broken in ({**good, "colour": "red"}, {k: v for k, v in good.items() if k != "rate"}):
+        (tmp_path / "c.json").write_text(json.dumps({"format": bench.FORMAT, "results": [broken]}))
+        with pytest.raises(ValueError, match="c.json"):
+            bench.load_results(tmp_path / "c.json")
+
+
+def test_table_has_a_line_per_result_and_labels_name_threads():
+    rs = bench.matmul_sweep("cpu", [8, 16], threads=1, min_run_time=FAST)
+    table = bench.format_table(rs)
+    assert len(table.splitlines()) == 2 + len(rs) and "GFLOP/s" in table
+    assert rs[0].label == "cpu float32, 1 thread"
+    assert bench.format_table([]) == "(no results)"
+
+
+# ----------------------------------------------------------------------------- the notebook explorer's logic
+
+
+def test_explorer_lists_only_devices_that_exist():
+    from gpulab import devices, explorer
+
+    assert explorer.device_options() == [d.name for d in devices.list_devices()]
+    assert explorer.device_options()[-1] == "cpu"
+    with pytest.raises(ValueError, match="unknown probe"):
+        explorer.size_options("fft")
+
+
+def test_explorer_run_point_replaces_a_repeated_setting():
+    from gpulab import explorer
+
+    history: list = []
+    explorer.run_point(history, "matmul", "cpu", 8, "float32", min_run_time=FAST)
+    explorer.run_point(history, "matmul", "cpu", 16, "float32", min_run_time=FAST)
+    latest = explorer.run_point(history, "matmul", "cpu", 8, "float32", min_run_time=FAST)
+    explorer.run_point(history, "copy", "cpu", 1, "float32", min_run_time=FAST)
+    assert [(r.probe, r.size) for r in history] == [("matmul", 16), ("matmul", 8), ("copy", 1)]
+    assert history[1] is latest
+    with pytest.raises(ValueError):
+        explorer.run_point(history, "fft", "cpu", 8, "float32")
+    assert len(history) == 3
+
+
+def test_explorer_plot_draws_one_line_per_setting():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gpulab import explorer
+
+    history: list = []
+    for size in (8, 16):
+        explorer.run_point(history, "matmul", "cpu", size, "float32", min_run_time=FAST)
+    explorer.run_point(history, "copy", "cpu", 1, "float32", min_run_time=FAST)
+    ax = explorer.plot_history(history, "matmul")
+    assert len(ax.get_lines()) == 1 and list(ax.get_lines()[0].get_xdata()) == [8, 16]
+    assert "2 point(s)" in ax.get_title()
+    plt.close("all")
+
+
+def test_explorer_widget_builds_without_a_kernel():
+    from gpulab import explorer
+
+    box = explorer.bench_explorer()
+    assert type(box).__name__ == "VBox"

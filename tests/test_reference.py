@@ -1,0 +1,96 @@
+"""gpulab.reference: loading recorded bench files, the summary, and the comparison plot."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from gpulab import bench, reference  # noqa: E402
+
+FAST = 0.01
+
+
+@pytest.fixture()
+def recorded(tmp_path):
+    """A folder with one bench file holding matmul (two dtypes) and copy results, as `gpulab bench` writes."""
+    rs = bench.matmul_sweep("cpu", [8, 16], "float32", min_run_time=FAST)
+    rs += bench.matmul_sweep("cpu", [8], "bfloat16", min_run_time=FAST)
+    rs += [bench.copy_probe("cpu", 1, min_run_time=FAST)]
+    bench.save_results(tmp_path / "somegpu.json", rs)
+    (tmp_path / "README.md").write_text("not a result")
+    return tmp_path, rs
+
+
+def test_the_package_folder_loads_and_says_what_it_holds():
+    refs = reference.load_references()
+    text = reference.summary()
+    if refs:
+        assert f"{len(refs)} reference file(s)" in text
+    else:
+        assert text == reference.NONE_RECORDED and "No reference results recorded yet" in text
+    assert (reference.REFERENCE_DIR / "README.md").is_file()
+
+
+def test_an_empty_or_missing_folder_means_none_recorded(tmp_path):
+    assert reference.load_references(tmp_path) == []
+    assert reference.load_references(tmp_path / "nope") == []
+    assert reference.summary(tmp_path) == reference.NONE_RECORDED
+    assert reference.reference_results("matmul", directory=tmp_path) == []
+
+
+def test_load_and_filter(recorded):
+    folder, rs = recorded
+    [ref] = reference.load_references(folder)
+    assert ref.name == "somegpu.json" and list(ref.results) == rs
+    assert ref.environment["torch"] == rs[0].torch_version and ref.devices == [rs[0].description]
+    assert len(reference.reference_results("matmul", directory=folder)) == 3
+    assert [r.size for r in reference.reference_results("matmul", "float32", directory=folder)] == [8, 16]
+    assert len(reference.reference_results("copy", kind="device", directory=folder)) == 1
+    assert reference.reference_results("copy", kind="h2d", directory=folder) == []
+
+
+def test_summary_names_each_file(recorded):
+    folder, _ = recorded
+    text = reference.summary(folder)
+    assert text.startswith("1 reference file(s):") and "somegpu.json" in text
+    assert "best matmul" in text and "best copy" in text
+
+
+def test_broken_reference_file_is_named(tmp_path):
+    (tmp_path / "bad.json").write_text(json.dumps({"hello": 1}))
+    with pytest.raises(ValueError, match="bad.json"):
+        reference.load_references(tmp_path)
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ValueError, match="bad.json is not valid JSON"):
+        reference.summary(tmp_path)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown probe"):
+        reference.reference_results("fft")
+    with pytest.raises(ValueError, match="unknown dtype"):
+        reference.reference_results("matmul", "float64")
+
+
+def test_plot_draws_mine_and_each_reference(recorded):
+    folder, rs = recorded
+    mine = bench.matmul_sweep("cpu", [8, 16, 32], "float32", threads=1, min_run_time=FAST)
+    ax = reference.plot_against_references(mine, "matmul", "float32", directory=folder)
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert len(labels) == 2
+    assert labels[0].startswith("this machine") and labels[1].startswith("reference")
+    assert "no reference" not in ax.get_title()
+    plt.close("all")
+
+
+def test_plot_says_when_none_is_recorded(tmp_path):
+    mine = [bench.copy_probe("cpu", 1, min_run_time=FAST)]
+    ax = reference.plot_against_references(mine, "copy", kind="device", directory=tmp_path)
+    assert "no reference result recorded yet" in ax.get_title()
+    assert len(ax.get_lines()) == 1 and ax.get_ylabel() == "GB/s"
+    plt.close("all")
