@@ -1,0 +1,208 @@
+"""Where more DDP ranks stop helping: time per epoch for 1..N ranks, small data vs large.
+
+    python benchmarks/crossover.py                      # full: 1..4 ranks, 100 Boston epochs
+    python benchmarks/crossover.py --light --json x.json  # what notebook 07 runs (~2 launches)
+
+Two problems, trained with the one training loop (``gpulab.train.fit``) under DDP (gloo, CPU):
+  boston     the article's recipe (Net1, 404 training rows, global batch 128): tiny compute per step
+  synthetic  a wider MLP on 8192 random rows (global batch 1024): compute dominates
+Each rank gets ONE CPU thread (torchrun's OMP_NUM_THREADS=1), the CPU analogue of one GPU per rank,
+and the 1-rank baseline is a plain process with one thread. The figure is the median seconds per
+epoch (first epoch left out as warm-up); speed-up = baseline / that. The Boston weights of every
+run are compared with the baseline's: DDP with any number of ranks should train the same model.
+
+Run by torchrun (``--worker``) this same file is the worker; otherwise it is the driver, which
+launches torchrun through ``gpulab.launch`` once per rank count and prints a table (and JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from gpulab.atomic import torch_save, write_json
+from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
+from gpulab.train import fit
+
+FORMAT = "gpulab-crossover/1"
+SYNTHETIC = {"rows": 8192, "features": 128, "hidden": 512, "batch_size": 1024, "lr": 1e-3}
+
+
+def synthetic_data(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A regression problem big enough that each step's compute outweighs the gradient exchange."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(SYNTHETIC["rows"], SYNTHETIC["features"], generator=g)
+    w = torch.randn(SYNTHETIC["features"], 1, generator=g)
+    return X, X @ w / SYNTHETIC["features"] ** 0.5 + 0.1 * torch.randn(SYNTHETIC["rows"], 1, generator=g)
+
+
+def synthetic_model(seed: int = 0) -> nn.Module:
+    """A wider MLP (about 330k parameters) with fixed initial weights."""
+    torch.manual_seed(seed)
+    f, h = SYNTHETIC["features"], SYNTHETIC["hidden"]
+    return nn.Sequential(nn.Linear(f, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 1))
+
+
+def train_problem(problem: str, epochs: int, rank: int = 0, world: int = 1) -> tuple[list[float], dict]:
+    """Train one problem on this rank (DDP-wrapped when a process group is up); epoch seconds and weights."""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if problem == "boston":
+        recipe = Recipe(epochs=epochs)
+        data = boston_data(recipe)
+        model = article_model(recipe, in_dim=data.X_train.shape[1])
+        optimizer, X, y, batch = optimizer_for(model, recipe), data.X_train, data.y_train, recipe.batch_size
+    elif problem == "synthetic":
+        X, y = synthetic_data()
+        model = synthetic_model()
+        optimizer, batch = torch.optim.Adam(model.parameters(), lr=SYNTHETIC["lr"]), SYNTHETIC["batch_size"]
+    else:
+        raise ValueError(f"unknown problem {problem!r}: use boston or synthetic")
+    wrapped = nn.parallel.DistributedDataParallel(model) if distributed else model
+    history = fit(wrapped, (X, y), epochs=epochs, optimizer=optimizer, batch_size=batch, device="cpu",
+                  seed=0, progress=False, rank=rank, world_size=world)
+    return history.seconds, {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def summarize(problem: str, ranks: int, seconds: list[float], how: str) -> dict:
+    """One row: median epoch seconds, first (warm-up) epoch left out when there are several."""
+    timed = seconds[1:] if len(seconds) > 1 else seconds
+    return {"problem": problem, "ranks": ranks, "how": how, "epoch_seconds": seconds,
+            "median_epoch_s": statistics.median(timed)}
+
+
+# ---------------------------------------------------------------------------- worker (under torchrun)
+
+
+def worker(args: argparse.Namespace) -> int:
+    """One rank: train both problems, rank 0 writes timings (JSON) and Boston weights (.pt)."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+    try:
+        rows, weights = [], None
+        for problem, epochs in (("boston", args.boston_epochs), ("synthetic", args.synthetic_epochs)):
+            torch.distributed.barrier()
+            seconds, state = train_problem(problem, epochs, rank, world)
+            rows.append(summarize(problem, world, seconds, "ddp"))
+            weights = state if problem == "boston" else weights
+        if rank == 0:
+            torch_save(args.out + ".pt", weights)
+            write_json(args.out, rows)
+    finally:
+        torch.distributed.destroy_process_group()
+    return 0
+
+
+# ---------------------------------------------------------------------------- driver
+
+
+def max_difference(a: dict, b: dict) -> float:
+    """Largest absolute difference between two state_dicts."""
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def measure(ranks: list[int], boston_epochs: int, synthetic_epochs: int, light: bool,
+            timeout: float = 240.0, log=print) -> dict:
+    """Baseline in this process (1 thread), then one torchrun launch per rank count (1 too unless ``light``)."""
+    from gpulab.launch import launch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rows, base = [], {}
+        for problem, epochs in (("boston", boston_epochs), ("synthetic", synthetic_epochs)):
+            seconds, state = train_problem(problem, epochs)
+            rows.append(summarize(problem, 1, seconds, "plain"))
+            base[problem] = state
+    finally:
+        torch.set_num_threads(before)
+    diffs, notes = {}, []
+    launches = [n for n in ranks if not (light and n == 1)]
+    with tempfile.TemporaryDirectory(prefix="gpulab-crossover-") as tmp:
+        for n in launches:
+            out = str(Path(tmp) / f"ranks{n}.json")
+            args = ["--worker", "--out", out, "--boston-epochs", str(boston_epochs),
+                    "--synthetic-epochs", str(synthetic_epochs)]
+            log(f"launching torchrun with {n} rank(s) ...")
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = launch(str(Path(__file__).resolve()), args, nproc=n, timeout=timeout, module=False,
+                                backend="gloo", on_line=None)
+            notes += [str(w.message) for w in caught if str(w.message) not in notes]
+            rows += json.loads(Path(out).read_text(encoding="utf-8"))
+            diffs[n] = max_difference(torch.load(out + ".pt", weights_only=True), base["boston"])
+            log(f"  {n} rank(s): {result.seconds:.1f} s including torchrun start-up")
+    baseline = {r["problem"]: r["median_epoch_s"] for r in rows if r["how"] == "plain"}
+    for r in rows:
+        r["speedup"] = baseline[r["problem"]] / r["median_epoch_s"]
+    return {"format": FORMAT, "cpu_count": os.cpu_count(), "torch": torch.__version__,
+            "boston_epochs": boston_epochs, "synthetic_epochs": synthetic_epochs, "synthetic": SYNTHETIC,
+            "rows": rows, "boston_weight_difference": {str(k): v for k, v in diffs.items()}, "notes": notes}
+
+
+def format_table(report: dict) -> str:
+    """A plain-text table: problem, ranks, how, median ms per epoch, speed-up."""
+    lines = [f"{'problem':<10} {'ranks':>5} {'how':<6} {'ms/epoch':>9} {'speed-up':>8}"]
+    for r in sorted(report["rows"], key=lambda r: (r["problem"], r["ranks"], r["how"] != "plain")):
+        lines.append(f"{r['problem']:<10} {r['ranks']:>5} {r['how']:<6} {r['median_epoch_s'] * 1e3:>9.1f} "
+                     f"{r['speedup']:>7.2f}x")
+    return "\n".join(lines)
+
+
+def parse_ranks(text: str) -> list[int]:
+    """``"1,2,3"`` -> ``[1, 2, 3]``; each a positive integer."""
+    try:
+        ranks = sorted({int(p) for p in text.split(",")})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"ranks {text!r} must look like 1,2,3") from None
+    if not ranks or ranks[0] < 1:
+        raise argparse.ArgumentTypeError(f"ranks {text!r} must be positive integers")
+    return ranks
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=parse_ranks, default=None, help="rank counts (default 1,2,3,4; light: 1,2,3)")
+    p.add_argument("--boston-epochs", type=int, default=None)
+    p.add_argument("--synthetic-epochs", type=int, default=None)
+    p.add_argument("--light", action="store_true", help="few epochs, baseline in-process only (for notebook 07)")
+    p.add_argument("--json", help="write the report here")
+    p.add_argument("--timeout", type=float, default=240.0, help="seconds each torchrun launch may take")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        args.boston_epochs, args.synthetic_epochs = args.boston_epochs or 20, args.synthetic_epochs or 3
+        return worker(args)
+    ranks = args.ranks or ([1, 2, 3] if args.light else [1, 2, 3, 4])
+    boston_epochs = args.boston_epochs or (20 if args.light else 100)
+    synthetic_epochs = args.synthetic_epochs or (3 if args.light else 6)
+    for name, value in (("boston-epochs", boston_epochs), ("synthetic-epochs", synthetic_epochs)):
+        if value < 2:
+            p.error(f"--{name} {value} must be at least 2 (the first epoch is warm-up)")
+    start = time.perf_counter()
+    report = measure(ranks, boston_epochs, synthetic_epochs, args.light, args.timeout)
+    report["seconds"] = time.perf_counter() - start
+    print(format_table(report))
+    for n, d in report["boston_weight_difference"].items():
+        print(f"Boston weights, {n} rank(s) vs one plain process: max difference {d:.1e}")
+    for note in report["notes"]:
+        print(f"note: {note}")
+    if args.json:
+        write_json(args.json, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
