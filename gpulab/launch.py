@@ -334,8 +334,7 @@ class Torchrun:
         """Stream the output until torchrun ends; stop everything on timeout or KeyboardInterrupt."""
         if self.proc is None or self.proc.stdout is None:
             raise RuntimeError("start() the launch first")
-        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-            raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
+        _check_timeout(timeout)
         deadline = self.started + timeout
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -402,6 +401,11 @@ class Torchrun:
         return f"{what}; last lines of {who}:\n{shown}"
 
 
+def _check_timeout(timeout: float) -> None:
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+        raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
+
+
 def _signal(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
@@ -436,6 +440,7 @@ def launch(
     Streams every output line to ``on_line`` (``None``: keep quiet); raises ``LaunchError``
     (with the failing rank's last lines) or ``LaunchTimeout`` after ``timeout`` seconds.
     """
+    _check_timeout(timeout)
     check_nproc(nproc, backend)
     command = torchrun_command(target, args, nproc=nproc, module=module, nnodes=nnodes, node_rank=node_rank,
                                master_addr=master_addr, master_port=master_port, max_restarts=max_restarts)
@@ -507,6 +512,7 @@ def train_ddp(
     recipe = Recipe() if recipe is None else recipe
     if not isinstance(recipe, Recipe):
         raise ValueError(f"recipe={recipe!r} must be a gpulab.experiment.Recipe")
+    _check_timeout(timeout)
     backend = check_nproc(nproc, backend)
     log_every = log_every or max(1, recipe.epochs // 10)
     sink = on_line if on_line is not None else (_print_line if echo else None)
