@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from gpulab import bench, devices
+from gpulab.reference import size_axis
 
 MATMUL_SIZES = (64, 128, 256, 512, 1024, 2048)
 COPY_SIZES_MB = (1, 4, 16, 64, 256)
@@ -56,7 +57,7 @@ def plot_history(history: Sequence[bench.BenchResult], probe: str, ax=None):
     for label, rs in groups.items():
         rs = sorted(rs, key=lambda r: r.size)
         ax.plot([r.size for r in rs], [r.rate for r in rs], "o-", label=label)
-    ax.set_xscale("log", base=2)
+    size_axis(ax, [r.size for rs in groups.values() for r in rs])
     ax.set_xlabel("matrix side n" if probe == "matmul" else "MiB copied")
     ax.set_ylabel("GFLOP/s" if probe == "matmul" else "GB/s")
     ax.set_title(f"{probe}: {sum(len(v) for v in groups.values())} point(s) measured")

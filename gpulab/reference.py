@@ -114,6 +114,17 @@ def _series(results: Sequence[BenchResult]) -> dict[str, list[BenchResult]]:
     return {k: sorted(v, key=lambda r: r.size) for k, v in groups.items()}
 
 
+def size_axis(ax, sizes: Sequence[int]) -> None:
+    """Log-2 x axis labelled with the measured sizes as plain numbers."""
+    from matplotlib.ticker import NullLocator
+
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(sizes))
+    if ticks:
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.xaxis.set_minor_locator(NullLocator())
+
+
 def plot_against_references(mine: Sequence[BenchResult], probe: str = "matmul", dtype: str | None = None,
                             kind: str | None = None, ax=None, directory: str | Path | None = None):
     """Plot rate vs size: solid lines for ``mine`` ("this machine"), dashed for each reference result.
@@ -132,7 +143,7 @@ def plot_against_references(mine: Sequence[BenchResult], probe: str = "matmul", 
         ax.plot([r.size for r in rs], [r.rate for r in rs], "o-", label=f"this machine: {label}")
     for label, rs in _series(refs).items():
         ax.plot([r.size for r in rs], [r.rate for r in rs], "s--", label=f"reference: {label}")
-    ax.set_xscale("log", base=2)
+    size_axis(ax, [r.size for r in mine] + [r.size for r in refs])
     ax.set_yscale("log")
     ax.set_xlabel("matrix side n" if probe == "matmul" else "MiB copied")
     ax.set_ylabel("GFLOP/s" if probe == "matmul" else "GB/s")
