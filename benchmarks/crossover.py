@@ -5,7 +5,7 @@
 
 Two problems, trained with the one training loop (``gpulab.train.fit``) under DDP (gloo, CPU):
   boston     the article's recipe (Net1, 404 training rows, global batch 128): tiny compute per step
-  synthetic  a wider MLP on 8192 random rows (global batch 1024): compute dominates
+  synthetic  a wider MLP on 4096 random rows (global batch 512): compute dominates
 Each rank gets ONE CPU thread (torchrun's OMP_NUM_THREADS=1), the CPU analogue of one GPU per rank,
 and the 1-rank baseline is a plain process with one thread. The figure is the median seconds per
 epoch (first epoch left out as warm-up); speed-up = baseline / that. The Boston weights of every
@@ -36,7 +36,7 @@ from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
 from gpulab.train import fit
 
 FORMAT = "gpulab-crossover/1"
-SYNTHETIC = {"rows": 8192, "features": 128, "hidden": 512, "batch_size": 1024, "lr": 1e-3}
+SYNTHETIC = {"rows": 4096, "features": 128, "hidden": 512, "batch_size": 512, "lr": 1e-3}
 
 
 def synthetic_data(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
