@@ -205,6 +205,37 @@ def test_mechanics_on_cpu_match_real_data_parallel():
         assert torch.allclose(step.grads[name], p.grad.cpu(), atol=1e-4), name
 
 
+# ----------------------------------------------------------------------------- DDP over nccl
+
+
+def test_launcher_picks_nccl_when_every_rank_has_a_gpu():
+    from gpulab.launch import check_nproc
+
+    assert check_nproc(gpu_count(), "auto") == "nccl"
+    with pytest.raises(ValueError, match="nccl"):
+        check_nproc(gpu_count() + 1, "nccl")
+
+
+def test_ddp_nccl_on_every_gpu_matches_one_gpu():
+    from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
+    from gpulab.launch import train_ddp
+
+    n = gpu_count()
+    recipe = Recipe(epochs=5)
+    result = train_ddp(n, recipe, timeout=240, echo=False, backend="nccl")
+    assert result.backend == "nccl" and result.world_size == n
+    assert result.summary["device"].startswith("cuda")
+    data = boston_data(recipe, "cuda")
+    model = article_model(recipe, in_dim=data.X_train.shape[1], device="cuda")
+    fit(model, (data.X_train, data.y_train), epochs=recipe.epochs, optimizer=optimizer_for(model, recipe),
+        batch_size=recipe.batch_size, device="cuda", seed=recipe.seed, progress=False)
+    single = model.state_dict()
+    assert single.keys() == result.state_dict.keys()
+    for name, value in single.items():
+        # GPU kernels and the all-reduce order differ from one device: close, not bit-equal.
+        assert torch.allclose(value.cpu(), result.state_dict[name], atol=1e-3), name
+
+
 # ----------------------------------------------------------------------------- precision and autocast
 
 
