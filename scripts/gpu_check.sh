@@ -9,7 +9,7 @@
 #   WHEELS=DIR   install missing pure-Python packages (nbval, jupyter_client, ...) from DIR with
 #                pip --no-index --find-links DIR (optional; without nbval the notebook step is skipped)
 #   PYTHON=EXE   interpreter to use (default: .venv/bin/python if present, else python3)
-#   BUDGET=S     stop starting new steps after S seconds (default 420, so the run stays under 8 min)
+#   BUDGET=S     stop starting new steps after S seconds (default 400, so the run stays under 8 min)
 # On a CPU-only machine it does the CPU-safe parts: the gpu tests report as skipped, benchmarks run on cpu.
 # Exit status: 0 when every step that ran passed, 1 otherwise (a skipped step is not a failure).
 set -euo pipefail
@@ -33,7 +33,7 @@ fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"   # gpulab imports from the checkout, no install needed
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1  # never reach for the network
 unset MPLBACKEND                                       # it would remove figures from notebook outputs
-BUDGET="${BUDGET:-420}"
+BUDGET="${BUDGET:-400}"
 START=$SECONDS
 FAILED=0
 SUMMARY="$OUT/summary.txt"
