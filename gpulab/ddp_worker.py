@@ -152,4 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    # The process group is already destroyed (main's finally). Leave without running C++
+    # static destructors: with gloo, a background thread torn down at interpreter exit
+    # sometimes aborts the process ("terminate called without an active exception",
+    # signal 6) after a perfectly good run; measured here 3 of 16 3-rank runs, 0 of 10 with this.
+    os._exit(code)
