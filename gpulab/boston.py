@@ -105,3 +105,43 @@ def split(
         mean=mean,
         std=std,
     )
+
+
+def carve_validation(
+    X: torch.Tensor, y: torch.Tensor, fraction: float = 0.15, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Set a seeded ``fraction`` of the TRAINING rows aside for validation (early stopping, tuning).
+
+    Returns ``(X_fit, y_fit, X_val, y_val)``. The test part is never touched, so choices made
+    on the validation part cannot leak test information into the model.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"fraction={fraction!r} must be between 0 and 1 (exclusive)")
+    if len(X) != len(y):
+        raise ValueError(f"X has {len(X)} rows but y has {len(y)}: they must match")
+    n_val = max(1, int(round(len(X) * fraction)))
+    if n_val >= len(X):
+        raise ValueError(f"fraction={fraction!r} leaves no rows to train on ({len(X)} rows)")
+    order = torch.randperm(len(X), generator=torch.Generator().manual_seed(int(seed))).to(X.device)
+    val, fit = order[:n_val], order[n_val:]
+    return X[fit], y[fit], X[val], y[val]
+
+
+def head(data: Boston, rows: int = 5) -> str:
+    """The first ``rows`` rows as a plain-text table (features, then MEDV)."""
+    names = list(data.feature_names) + [TARGET]
+    values = np.column_stack([data.X, data.y])[:rows]
+    lines = ["".join(f"{n:>8}" for n in names)]
+    lines += ["".join(f"{v:>8g}" for v in row) for row in values]
+    return "\n".join(lines)
+
+
+def describe(data: Boston) -> str:
+    """Count, mean, std, min, median and max of every column, one row per column."""
+    names = list(data.feature_names) + [TARGET]
+    values = np.column_stack([data.X, data.y])
+    lines = [f"{'column':<8}{'count':>6}{'mean':>9}{'std':>9}{'min':>9}{'median':>9}{'max':>9}"]
+    for name, col in zip(names, values.T):
+        stats = (col.mean(), col.std(ddof=1), col.min(), np.median(col), col.max())
+        lines.append(f"{name:<8}{len(col):>6}" + "".join(f"{v:>9.2f}" for v in stats))
+    return "\n".join(lines)
