@@ -27,7 +27,6 @@ import sys
 import tempfile
 import time
 import warnings
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -36,7 +35,7 @@ RANK_LINE = re.compile(r"^\[rank (\d+)\] ")
 ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 ROOT_CAUSE_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 TAIL = 20
-_LIVE: "weakref.WeakSet[Torchrun]" = weakref.WeakSet()
+_LIVE: "set[Torchrun]" = set()  # started and not yet stopped: stopped at interpreter exit
 
 
 class LaunchError(RuntimeError):
@@ -338,7 +337,7 @@ class Torchrun:
         deadline = self.started + timeout
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
-        exited_at = None
+        open_pipe, exited_at = True, None
         try:
             while True:
                 now = time.perf_counter()
@@ -347,15 +346,18 @@ class Torchrun:
                     self._flush()
                     raise LaunchTimeout(self._message(f"timed out after {timeout:g} s; stopped torchrun and its workers", None),
                                         None, None, self.lines)
-                if sel.select(timeout=min(0.2, deadline - now)):
+                if open_pipe and sel.select(timeout=min(0.2, deadline - now)):
                     data = os.read(self.proc.stdout.fileno(), 65536)
-                    if not data:
-                        break  # every writer closed the pipe
-                    self._feed(data)
+                    if data:
+                        self._feed(data)
+                    else:
+                        open_pipe = False  # every writer closed the pipe
+                elif not open_pipe:
+                    time.sleep(min(0.05, max(0.0, deadline - now)))
                 self._remember()
                 if self.proc.poll() is not None:  # torchrun is gone; leftover writers get 2 s
                     exited_at = exited_at or time.perf_counter()
-                    if time.perf_counter() - exited_at > 2.0:
+                    if not open_pipe or time.perf_counter() - exited_at > 2.0:
                         break
         except BaseException:
             self.stop()
@@ -363,8 +365,7 @@ class Torchrun:
         finally:
             sel.close()
         self._flush()
-        self.proc.wait()
-        self.stop()  # nothing should be left; make sure
+        self.stop()  # torchrun has exited; stop anything it left behind
         code = self.proc.returncode
         seconds = time.perf_counter() - self.started
         if code != 0:
@@ -395,9 +396,11 @@ class Torchrun:
         return rank, exitcode
 
     def _message(self, what: str, rank: int | None) -> str:
-        tail = list(self.tails.get(rank, [])) or list(self.tails.get(None, []))[-TAIL:]
+        """``what``, then the last lines of ``rank`` (or of the whole output when it printed none)."""
+        tail, who = list(self.tails.get(rank, [])) if rank is not None else [], f"rank {rank}"
+        if not tail:
+            tail, who = self.lines[-TAIL:], "the output"
         shown = "\n".join(f"  {line}" for line in tail) or "  (no output)"
-        who = f"rank {rank}" if rank is not None else "torchrun"
         return f"{what}; last lines of {who}:\n{shown}"
 
 
