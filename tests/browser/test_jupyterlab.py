@@ -1,0 +1,39 @@
+"""Every notebook, run top to bottom through JupyterLab's menus in headless Chromium.
+
+Per notebook: no error output (except cells tagged raises-exception), every widget live, every figure
+an image; a screenshot goes to screenshots/NN_topic.png whatever the outcome.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from browser_checks import find_problems, is_error_output, read_expectations
+from browser_ui import expand_all_code, open_notebook, read_cells, run_all_cells, save_screenshot
+
+NOTEBOOKS = sorted(p.name for p in (Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# Each notebook runs in well under a minute on a 2-core CPU; the margin covers a busy machine.
+NOTEBOOK_TIMEOUT = float(os.environ.get("GPULAB_BROWSER_NB_TIMEOUT", "150"))
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_runs_cleanly_in_jupyterlab(name, lab, page, screenshot_dir):
+    expected = read_expectations(lab.root / "notebooks" / name)
+    open_notebook(page, lab, f"notebooks/{name}")
+    try:
+        seconds = run_all_cells(page, NOTEBOOK_TIMEOUT)
+    finally:  # the screenshot shows what a learner sees, solutions still collapsed
+        save_screenshot(page, screenshot_dir / (Path(name).stem + ".png"))
+    expand_all_code(page)
+    cells = read_cells(page)
+    outputs = [out for cell in cells for out in cell["outputs"]]
+    print(
+        f"\n{name}: ran in {seconds:.1f} s through the UI; "
+        f"{sum(o['images'] for o in outputs)} figures, "
+        f"{sum(1 for o in outputs if o['widgets'])} widget outputs, "
+        f"{sum(1 for o in outputs if is_error_output(o))} error outputs "
+        f"({sum(c.raises for c in expected.cells)} cells tagged raises-exception)"
+    )
+    problems = find_problems(expected, cells)
+    assert not problems, "\n".join(problems)
