@@ -18,8 +18,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
 	@touch $(STAMP)
 
+# JupyterLab at the repository root (README.md and its notebook index in the file browser), notebook 01 open.
+# Extra server options: make lab LAB_ARGS="--no-browser --port=8899"
 lab: install
-	cd notebooks && ../$(BIN)/jupyter lab 01_why_gpus.ipynb
+	env -u MPLBACKEND $(BIN)/jupyter lab --ServerApp.root_dir=. notebooks/01_why_gpus.ipynb $(LAB_ARGS)
 
 # Unit, hygiene and notebook tests in one pytest run, two workers, one notebook per worker at a time.
 test: install
@@ -45,6 +47,7 @@ clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
 
 # The walkthrough in a real browser: JupyterLab + headless Chromium (see tests/browser/).
+# Installs Debian's chromium and the `browser` extra when missing; screenshots go to screenshots/.
 test-browser: install
 	bash scripts/browser_setup.sh
-	$(BIN)/python -m pytest -p no:cacheprovider tests/browser
+	GPULAB_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -p no:cacheprovider -v -s tests/browser
