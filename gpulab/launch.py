@@ -29,7 +29,11 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:
+    from gpulab.experiment import Recipe
+    from gpulab.train import History
 
 RANK_LINE = re.compile(r"^\[rank (\d+)\] ")
 ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
@@ -455,11 +459,15 @@ def launch(
 
 @dataclass
 class DDPResult:
-    """A finished DDP run: final weights (rank 0's), test metrics, history and output."""
+    """A finished DDP run: final weights (rank 0's), test metrics, history and output.
+
+    On a node that did not hold rank 0 (several nodes), ``state_dict``, ``metrics`` and
+    ``summary`` are empty: rank 0 saved them on its own node.
+    """
 
     state_dict: dict
     metrics: dict[str, float]
-    history: "object"
+    history: History
     seconds: float
     lines: list[str]
     world_size: int
@@ -467,7 +475,7 @@ class DDPResult:
     summary: dict
 
 
-def worker_args(recipe: "object", *, backend: str = "auto", save: str | Path | None = None,
+def worker_args(recipe: Recipe, *, backend: str = "auto", save: str | Path | None = None,
                 json_path: str | Path | None = None, checkpoint_dir: str | Path | None = None,
                 log_every: int = 1, epoch_delay: float = 0.0) -> list[str]:
     """The ``gpulab.ddp_worker`` arguments for a ``gpulab.experiment.Recipe``."""
@@ -486,7 +494,7 @@ def worker_args(recipe: "object", *, backend: str = "auto", save: str | Path | N
 
 def train_ddp(
     nproc: int,
-    recipe: "object | None" = None,
+    recipe: Recipe | None = None,
     *,
     timeout: float = 300.0,
     checkpoint_dir: str | Path | None = None,
@@ -505,7 +513,9 @@ def train_ddp(
     """Train ``recipe`` (default: the article's) with ``nproc`` DDP ranks through torchrun.
 
     Output lines go to ``on_line`` (default: printed when ``echo``). ``log_every`` defaults to
-    a tenth of the epochs. ``on_start(run)`` is called once torchrun runs (e.g. to note pids).
+    a tenth of the epochs. ``on_start(run)`` is called once torchrun runs (e.g. to find a rank's
+    pid with ``run.rank_pid``). ``epoch_delay`` (seconds slept after each epoch) only exists so
+    that crash tests can land in the middle of training.
     """
     import torch
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import signal
+import selectors
 import subprocess
 import sys
 import textwrap
@@ -59,8 +59,6 @@ def wait_for_ranks(run: Torchrun, n: int, limit: float = 30.0) -> list[int]:
     deadline = time.monotonic() + limit
     run.on_line = lambda line: ready.add(launch.line_rank(line)) if line.endswith("ready") else None
     while len(ready) < n and time.monotonic() < deadline:
-        import selectors
-
         with selectors.DefaultSelector() as sel:
             sel.register(run.proc.stdout, selectors.EVENT_READ)
             if sel.select(0.2):
