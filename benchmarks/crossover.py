@@ -183,11 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        args.boston_epochs, args.synthetic_epochs = args.boston_epochs or 20, args.synthetic_epochs or 3
+        args.boston_epochs, args.synthetic_epochs = args.boston_epochs or 20, args.synthetic_epochs or 4
         return worker(args)
     ranks = args.ranks or ([1, 2, 3] if args.light else [1, 2, 3, 4])
     boston_epochs = args.boston_epochs or (20 if args.light else 100)
-    synthetic_epochs = args.synthetic_epochs or (3 if args.light else 6)
+    synthetic_epochs = args.synthetic_epochs or (4 if args.light else 6)
     for name, value in (("boston-epochs", boston_epochs), ("synthetic-epochs", synthetic_epochs)):
         if value < 2:
             p.error(f"--{name} {value} must be at least 2 (the first epoch is warm-up)")
