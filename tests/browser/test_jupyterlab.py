@@ -14,7 +14,7 @@ from browser_ui import expand_all_code, open_notebook, read_cells, run_all_cells
 
 NOTEBOOKS = sorted(p.name for p in (Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 # Each notebook runs in well under a minute on a 2-core CPU; the margin covers a busy machine.
-NOTEBOOK_TIMEOUT = float(os.environ.get("GPULAB_BROWSER_NB_TIMEOUT", "150"))
+NOTEBOOK_TIMEOUT = float(os.environ.get("GPULAB_BROWSER_NB_TIMEOUT", "180"))
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
