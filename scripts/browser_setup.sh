@@ -22,7 +22,7 @@ if [ ! -x "$CHROMIUM" ]; then
     timeout 600 $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive timeout 900 $SUDO apt-get install -y -qq chromium >/dev/null
 fi
-"$CHROMIUM" --version
+"$CHROMIUM" --version 2>/dev/null  # (Debian's wrapper prints a harmless shell warning on stderr)
 
 if [ ! -x "$VENV/bin/python" ]; then
     echo "error: $VENV/bin/python is missing: run 'make install' first" >&2

@@ -6,6 +6,7 @@ an image; a screenshot goes to screenshots/NN_topic.png whatever the outcome.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ NOTEBOOK_TIMEOUT = float(os.environ.get("GPULAB_BROWSER_NB_TIMEOUT", "180"))
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs_cleanly_in_jupyterlab(name, lab, page, screenshot_dir):
+    start = time.monotonic()
     expected = read_expectations(lab.root / "notebooks" / name)
     open_notebook(page, lab, f"notebooks/{name}")
     try:
@@ -29,7 +31,8 @@ def test_notebook_runs_cleanly_in_jupyterlab(name, lab, page, screenshot_dir):
     cells = read_cells(page)
     outputs = [out for cell in cells for out in cell["outputs"]]
     print(
-        f"\n{name}: ran in {seconds:.1f} s through the UI; "
+        f"\n{name}: cells ran in {seconds:.1f} s through the UI ({time.monotonic() - start:.1f} s with page "
+        "load and screenshot); "
         f"{sum(o['images'] for o in outputs)} figures, "
         f"{sum(1 for o in outputs if o['widgets'])} widget outputs, "
         f"{sum(1 for o in outputs if is_error_output(o))} error outputs "
