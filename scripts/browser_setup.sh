@@ -13,7 +13,8 @@ STAMP="$VENV/.browser-installed"
 
 if [ ! -x "$CHROMIUM" ]; then
     if ! command -v apt-get >/dev/null 2>&1; then
-        echo "error: $CHROMIUM is missing and apt-get is not available: install Chromium and set GPULAB_CHROMIUM to its path" >&2
+        echo "error: $CHROMIUM is missing and apt-get is not available:" \
+             "install Chromium and set GPULAB_CHROMIUM to its path" >&2
         exit 1
     fi
     SUDO=""

@@ -15,7 +15,9 @@ TRACEBACK = (
 
 def write_notebook(path, cells):
     notebook = nbformat.v4.new_notebook()
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    notebook.metadata["kernelspec"] = {
+        "name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python",
+    }
     notebook.cells = cells
     nbformat.write(notebook, path)
     return path
