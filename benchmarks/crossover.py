@@ -5,11 +5,12 @@
 
 Two problems, trained with the one training loop (``gpulab.train.fit``) under DDP (gloo, CPU):
   boston     the article's recipe (Net1, 404 training rows, global batch 128): tiny compute per step
-  synthetic  a wider MLP on 4096 random rows (global batch 512): compute dominates
-Each rank gets ONE CPU thread (torchrun's OMP_NUM_THREADS=1), the CPU analogue of one GPU per rank,
-and the 1-rank baseline is a plain process with one thread. The figure is the median seconds per
-epoch (first epoch left out as warm-up); speed-up = baseline / that. The Boston weights of every
-run are compared with the baseline's: DDP with any number of ranks should train the same model.
+  synthetic  a wider MLP on 8192 random rows (global batch 2048): compute dominates the gradient exchange
+Each rank gets ONE CPU thread (torchrun's OMP_NUM_THREADS=1), the CPU analogue of one GPU per rank.
+In every launch, rank 0 first trains both problems alone, without DDP (the baseline, measured moments
+before the DDP run, so both see the same load on the machine). The figure is the median seconds per
+epoch (first epoch left out as warm-up); speed-up = baseline / DDP. The Boston weights of the DDP run
+are compared with the baseline's: DDP with any number of ranks should train the same model.
 
 Run by torchrun (``--worker``) this same file is the worker; otherwise it is the driver, which
 launches torchrun through ``gpulab.launch`` once per rank count and prints a table (and JSON).
@@ -36,7 +37,7 @@ from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
 from gpulab.train import fit
 
 FORMAT = "gpulab-crossover/1"
-SYNTHETIC = {"rows": 4096, "features": 128, "hidden": 512, "batch_size": 512, "lr": 1e-3}
+SYNTHETIC = {"rows": 8192, "features": 128, "hidden": 512, "batch_size": 2048, "lr": 1e-3}
 
 
 def synthetic_data(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,20 +86,30 @@ def summarize(problem: str, ranks: int, seconds: list[float], how: str) -> dict:
 
 
 def worker(args: argparse.Namespace) -> int:
-    """One rank: train both problems, rank 0 writes timings (JSON) and Boston weights (.pt)."""
+    """One rank. Rank 0 first trains both problems alone (the baseline, measured moments before the DDP run
+    and under the same load) while the others wait to join; then all ranks train them with DDP.
+    Rank 0 writes the rows (JSON) with the speed-up against its own baseline and the Boston weight difference.
+    """
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
+    problems = (("boston", args.boston_epochs), ("synthetic", args.synthetic_epochs))
+    plain = {problem: train_problem(problem, epochs) for problem, epochs in problems} if rank == 0 else {}
     torch.distributed.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     try:
-        rows, weights = [], None
-        for problem, epochs in (("boston", args.boston_epochs), ("synthetic", args.synthetic_epochs)):
+        rows, difference = [], None
+        for problem, epochs in problems:
             torch.distributed.barrier()
             seconds, state = train_problem(problem, epochs, rank, world)
-            rows.append(summarize(problem, world, seconds, "ddp"))
-            weights = state if problem == "boston" else weights
+            if rank == 0:
+                base = summarize(problem, 1, plain[problem][0], "plain")
+                row = summarize(problem, world, seconds, "ddp")
+                row["baseline_epoch_s"] = base["median_epoch_s"]
+                row["speedup"] = base["median_epoch_s"] / row["median_epoch_s"]
+                rows.append(row)
+                if problem == "boston":
+                    difference = max_difference(state, plain[problem][1])
         if rank == 0:
-            torch_save(args.out + ".pt", weights)
-            write_json(args.out, rows)
+            write_json(args.out, {"rows": rows, "boston_weight_difference": difference})
     finally:
         torch.distributed.destroy_process_group()
     return 0
@@ -112,25 +123,13 @@ def max_difference(a: dict, b: dict) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
-def measure(ranks: list[int], boston_epochs: int, synthetic_epochs: int, light: bool,
-            timeout: float = 240.0, log=print) -> dict:
-    """Baseline in this process (1 thread), then one torchrun launch per rank count (1 too unless ``light``)."""
+def measure(ranks: list[int], boston_epochs: int, synthetic_epochs: int, timeout: float = 240.0, log=print) -> dict:
+    """One torchrun launch per rank count; each measures its own one-process baseline first."""
     from gpulab.launch import launch
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        rows, base = [], {}
-        for problem, epochs in (("boston", boston_epochs), ("synthetic", synthetic_epochs)):
-            seconds, state = train_problem(problem, epochs)
-            rows.append(summarize(problem, 1, seconds, "plain"))
-            base[problem] = state
-    finally:
-        torch.set_num_threads(before)
-    diffs, notes = {}, []
-    launches = [n for n in ranks if not (light and n == 1)]
+    rows, diffs, notes = [], {}, []
     with tempfile.TemporaryDirectory(prefix="gpulab-crossover-") as tmp:
-        for n in launches:
+        for n in ranks:
             out = str(Path(tmp) / f"ranks{n}.json")
             args = ["--worker", "--out", out, "--boston-epochs", str(boston_epochs),
                     "--synthetic-epochs", str(synthetic_epochs)]
@@ -140,12 +139,14 @@ def measure(ranks: list[int], boston_epochs: int, synthetic_epochs: int, light: 
                 result = launch(str(Path(__file__).resolve()), args, nproc=n, timeout=timeout, module=False,
                                 backend="gloo", on_line=None)
             notes += [str(w.message) for w in caught if str(w.message) not in notes]
-            rows += json.loads(Path(out).read_text(encoding="utf-8"))
-            diffs[n] = max_difference(torch.load(out + ".pt", weights_only=True), base["boston"])
+            found = json.loads(Path(out).read_text(encoding="utf-8"))
+            rows += found["rows"]
+            diffs[n] = found["boston_weight_difference"]
             log(f"  {n} rank(s): {result.seconds:.1f} s including torchrun start-up")
-    baseline = {r["problem"]: r["median_epoch_s"] for r in rows if r["how"] == "plain"}
-    for r in rows:
-        r["speedup"] = baseline[r["problem"]] / r["median_epoch_s"]
+    for problem in ("boston", "synthetic"):  # the 1-process point of the curve: speed-up 1 by definition
+        base = statistics.median(r["baseline_epoch_s"] for r in rows if r["problem"] == problem)
+        rows.append({"problem": problem, "ranks": 1, "how": "plain", "median_epoch_s": base,
+                     "baseline_epoch_s": base, "speedup": 1.0})
     return {"format": FORMAT, "cpu_count": os.cpu_count(), "torch": torch.__version__,
             "boston_epochs": boston_epochs, "synthetic_epochs": synthetic_epochs, "synthetic": SYNTHETIC,
             "rows": rows, "boston_weight_difference": {str(k): v for k, v in diffs.items()}, "notes": notes}
@@ -153,10 +154,10 @@ def measure(ranks: list[int], boston_epochs: int, synthetic_epochs: int, light: 
 
 def format_table(report: dict) -> str:
     """A plain-text table: problem, ranks, how, median ms per epoch, speed-up."""
-    lines = [f"{'problem':<10} {'ranks':>5} {'how':<6} {'ms/epoch':>9} {'speed-up':>8}"]
+    lines = [f"{'problem':<10} {'ranks':>5} {'how':<6} {'ms/epoch':>9} {'1 process':>9} {'speed-up':>8}"]
     for r in sorted(report["rows"], key=lambda r: (r["problem"], r["ranks"], r["how"] != "plain")):
         lines.append(f"{r['problem']:<10} {r['ranks']:>5} {r['how']:<6} {r['median_epoch_s'] * 1e3:>9.1f} "
-                     f"{r['speedup']:>7.2f}x")
+                     f"{r['baseline_epoch_s'] * 1e3:>9.1f} {r['speedup']:>7.2f}x")
     return "\n".join(lines)
 
 
@@ -173,10 +174,10 @@ def parse_ranks(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ranks", type=parse_ranks, default=None, help="rank counts (default 1,2,3,4; light: 1,2,3)")
+    p.add_argument("--ranks", type=parse_ranks, default=None, help="rank counts (default 1,2,3,4; light: 2,3)")
     p.add_argument("--boston-epochs", type=int, default=None)
     p.add_argument("--synthetic-epochs", type=int, default=None)
-    p.add_argument("--light", action="store_true", help="few epochs, baseline in-process only (for notebook 07)")
+    p.add_argument("--light", action="store_true", help="2 and 3 ranks, few epochs (for notebook 07)")
     p.add_argument("--json", help="write the report here")
     p.add_argument("--timeout", type=float, default=240.0, help="seconds each torchrun launch may take")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -185,18 +186,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         args.boston_epochs, args.synthetic_epochs = args.boston_epochs or 20, args.synthetic_epochs or 4
         return worker(args)
-    ranks = args.ranks or ([1, 2, 3] if args.light else [1, 2, 3, 4])
+    ranks = args.ranks or ([2, 3] if args.light else [1, 2, 3, 4])
     boston_epochs = args.boston_epochs or (20 if args.light else 100)
     synthetic_epochs = args.synthetic_epochs or (4 if args.light else 6)
     for name, value in (("boston-epochs", boston_epochs), ("synthetic-epochs", synthetic_epochs)):
         if value < 2:
             p.error(f"--{name} {value} must be at least 2 (the first epoch is warm-up)")
     start = time.perf_counter()
-    report = measure(ranks, boston_epochs, synthetic_epochs, args.light, args.timeout)
+    report = measure(ranks, boston_epochs, synthetic_epochs, args.timeout)
     report["seconds"] = time.perf_counter() - start
     print(format_table(report))
     for n, d in report["boston_weight_difference"].items():
-        print(f"Boston weights, {n} rank(s) vs one plain process: max difference {d:.1e}")
+        print(f"Boston weights, {n} rank(s) vs one process: max difference {d:.1e}")
     for note in report["notes"]:
         print(f"note: {note}")
     if args.json:
