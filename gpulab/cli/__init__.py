@@ -34,14 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The full parser, with every sub-command that is installed."""
     parser = _Parser(prog="gpulab", description="GPU acceleration for deep learning, measured.")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name, module_name in COMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue  # a sub-command not built yet
-            raise
-        module.add_parser(subparsers)
+    for module_name in COMMANDS.values():
+        importlib.import_module(module_name).add_parser(subparsers)
     return parser
 
 
