@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from gpulab.atomic import torch_save, write_json
+from gpulab.atomic import write_json
 from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
 from gpulab.train import fit
 

@@ -25,7 +25,8 @@ import torch.distributed as dist
 
 from gpulab import checkpoint
 from gpulab.atomic import torch_save, write_json
-from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
+from gpulab.cli import add_recipe_options, recipe_from
+from gpulab.experiment import article_model, boston_data, optimizer_for
 from gpulab.launch import prefix_output
 from gpulab.train import History, fit
 
@@ -62,14 +63,8 @@ def distributed_metrics(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The worker's options (``--batch-size`` is the GLOBAL batch, shared by all ranks)."""
-    d = Recipe()
     p = argparse.ArgumentParser(prog="gpulab.ddp_worker", description=__doc__.splitlines()[0])
-    p.add_argument("--epochs", type=int, default=d.epochs)
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch, over all ranks")
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--split-seed", type=int, default=d.split_seed)
-    p.add_argument("--no-b", action="store_true", help="leave out the B column")
+    add_recipe_options(p)
     p.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
     p.add_argument("--save", help="rank 0 saves the final state_dict here")
     p.add_argument("--json", help="rank 0 writes metrics and history here")
@@ -82,7 +77,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def train(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> dict:
     """One rank's whole job once the process group is up; returns rank 0's summary."""
-    recipe = Recipe(args.epochs, args.batch_size, args.lr, args.seed, args.split_seed, args.no_b)
+    recipe = recipe_from(args)
     device = torch.device("cuda", local_rank) if dist.get_backend() == "nccl" else torch.device("cpu")
     data = boston_data(recipe, device)
     model = article_model(recipe, in_dim=data.X_train.shape[1], device=device)

@@ -10,8 +10,7 @@ import argparse
 import os
 import sys
 
-from gpulab.cli import non_negative_int, positive_float, positive_int
-from gpulab.experiment import Recipe
+from gpulab.cli import add_recipe_options, non_negative_int, positive_float, positive_int, recipe_from
 
 
 def port(text: str) -> int:
@@ -27,17 +26,11 @@ def port(text: str) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `gpulab ddp`."""
-    d = Recipe()
     p = subparsers.add_parser("ddp", help="train with DDP over several processes (torchrun)",
                               description="Train the article's model with DDP: torchrun runs gpulab.ddp_worker "
                                           "once per rank. --batch-size is the GLOBAL batch.")
     p.add_argument("--nproc", type=positive_int, required=True, help="ranks (processes) on this node")
-    p.add_argument("--epochs", type=positive_int, default=d.epochs)
-    p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="global batch over all ranks")
-    p.add_argument("--lr", type=positive_float, default=d.lr)
-    p.add_argument("--seed", type=non_negative_int, default=d.seed)
-    p.add_argument("--split-seed", type=non_negative_int, default=d.split_seed)
-    p.add_argument("--no-b", action="store_true", help="train without the B column")
+    add_recipe_options(p)
     p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
     p.add_argument("--save", metavar="PATH", help="save the final state_dict here")
     p.add_argument("--json", metavar="PATH", help="write metrics and history here")
@@ -60,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--node-rank {args.node_rank} must be below --nnodes {args.nnodes} (0..{args.nnodes - 1})")
     if args.nnodes > 1 and args.master_port is None:
         raise ValueError("--nnodes above 1 needs --master-port (and --master-addr of node 0)")
-    recipe = Recipe(args.epochs, args.batch_size, args.lr, args.seed, args.split_seed, args.no_b)
+    recipe = recipe_from(args)
     backend = check_nproc(args.nproc, args.backend)
     absolute = {k: os.path.abspath(v) if v else None for k, v in
                 (("save", args.save), ("json", args.json), ("ckpt", args.checkpoint_dir))}

@@ -12,7 +12,7 @@ import time
 import torch
 from torch import nn
 
-from gpulab.cli import non_negative_int, positive_float, positive_int
+from gpulab.cli import add_recipe_options, recipe_from
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -24,12 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "and report test RMSE, R² and training time.",
     )
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps or xpu")
-    p.add_argument("--epochs", type=positive_int, default=100, help="epochs (default 100)")
-    p.add_argument("--batch-size", type=positive_int, default=128, help="global batch size (default 128)")
-    p.add_argument("--lr", type=positive_float, default=0.01, help="Adam learning rate (default 0.01)")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="initial weights and data order (default 0)")
-    p.add_argument("--split-seed", type=non_negative_int, default=42, help="train/test split (default 42)")
-    p.add_argument("--no-b", action="store_true", help="leave out the B column of the data")
+    add_recipe_options(p)
     p.add_argument("--data-parallel", action="store_true",
                    help="wrap the model in nn.DataParallel over every CUDA GPU (CUDA devices only)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -56,12 +51,11 @@ def run(args: argparse.Namespace) -> int:
     """Train, evaluate, report; optional --save and --json. Returns the exit status."""
     from gpulab.atomic import torch_save, write_json
     from gpulab.devices import pick_device
-    from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
+    from gpulab.experiment import article_model, boston_data, optimizer_for
     from gpulab.train import evaluate, fit
 
     device = pick_device(args.device)
-    recipe = Recipe(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                    split_seed=args.split_seed, drop_b=args.no_b)
+    recipe = recipe_from(args)
     data = boston_data(recipe, device=device)
     model = article_model(recipe, in_dim=data.X_train.shape[1], device=device)
     optimizer = optimizer_for(model, recipe)
