@@ -24,7 +24,6 @@ import datetime
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -207,4 +206,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from gpulab.launch import exit_worker
+
+    exit_worker(main())  # under torchrun the process group is already destroyed (worker's finally)
