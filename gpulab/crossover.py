@@ -34,7 +34,7 @@ from torch import nn
 
 from gpulab.atomic import write_json
 from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
-from gpulab.train import fit
+from gpulab.train import fit, max_abs_difference
 
 FORMAT = "gpulab-crossover/1"
 SYNTHETIC = {"rows": 8192, "features": 128, "hidden": 512, "batch_size": 2048, "lr": 1e-3}
@@ -107,7 +107,7 @@ def worker(args: argparse.Namespace) -> int:
                 row["speedup"] = base["median_epoch_s"] / row["median_epoch_s"]
                 rows.append(row)
                 if problem == "boston":
-                    difference = max_difference(state, plain[problem][1])
+                    difference = max_abs_difference(state, plain[problem][1])
         if rank == 0:
             write_json(args.out, {"rows": rows, "boston_weight_difference": difference})
     finally:
@@ -116,11 +116,6 @@ def worker(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- driver
-
-
-def max_difference(a: dict, b: dict) -> float:
-    """Largest absolute difference between two state_dicts."""
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
 def measure(ranks: list[int], boston_epochs: int, synthetic_epochs: int, timeout: float = 240.0, log=print) -> dict:

@@ -13,15 +13,15 @@ on identical rows. Models:
 
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import torch
 
+from gpulab.bench import using_threads
 from gpulab.boston import Split, carve_validation, load_boston, split
 from gpulab.devices import pick_device, synchronize
 from gpulab.experiment import Recipe, article_model
@@ -140,18 +140,6 @@ class Score:
         return d
 
 
-@contextlib.contextmanager
-def cpu_threads(n: int | None) -> Iterator[None]:
-    """Run with ``n`` torch CPU threads, then restore. Tiny models train fastest on one thread."""
-    old = torch.get_num_threads()
-    if n is not None:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 def _sklearn(name: str, seed: int):
     from sklearn.ensemble import GradientBoostingRegressor, RandomForestRegressor
     from sklearn.linear_model import LinearRegression
@@ -212,7 +200,7 @@ def repeated_evaluation(
     device = pick_device(device)
     data = load_boston(drop_b=drop_b)
     runs: dict[str, list[tuple[float, float, float, str]]] = {m: [] for m in models}
-    with cpu_threads(threads):
+    with using_threads(threads):  # tiny models train fastest on one thread
         for seed in range(repeats):
             part = split(data, seed=seed, device=device)
             for name in models:

@@ -17,6 +17,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from gpulab.train import max_abs_difference
+
 
 def _check_replicas(n_replicas: object) -> int:
     if isinstance(n_replicas, bool) or not isinstance(n_replicas, int) or n_replicas < 1:
@@ -125,8 +127,5 @@ def full_batch_gradients(
     return {name: p.grad.detach().clone() for name, p in single.named_parameters() if p.grad is not None}
 
 
-def max_grad_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    """Largest absolute difference between two gradient dicts with the same names."""
-    if a.keys() != b.keys():
-        raise ValueError(f"gradient names differ: {sorted(a)} vs {sorted(b)}")
-    return max((float((a[k] - b[k]).abs().max()) for k in a), default=0.0)
+# Largest absolute difference between two gradient dicts with the same names.
+max_grad_difference = max_abs_difference

@@ -187,13 +187,13 @@ def autocast_matmul_seconds(
 ) -> float:
     """Median seconds of one ``n x n`` float32 matmul under ``torch.autocast(dtype)`` (``None``: no autocast).
 
-    Timed with ``torch.utils.benchmark.Timer``, which warms up and synchronizes CUDA for us.
+    Timed by ``gpulab.bench.time_call`` (warm-up, a clock that synchronizes the device).
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n={n!r} must be a positive integer")
     if not min_run_time > 0:
         raise ValueError(f"min_run_time={min_run_time!r} must be a positive number of seconds")
-    from torch.utils import benchmark
+    from gpulab.bench import time_call
 
     device = pick_device(device)
     enabled = dtype is not None
@@ -205,6 +205,4 @@ def autocast_matmul_seconds(
         with torch.autocast(device.type, dtype=cast, enabled=enabled):
             return a @ b
 
-    step()  # warm-up: first call pays for kernel selection
-    timer = benchmark.Timer(stmt="step()", globals={"step": step})
-    return float(timer.blocked_autorange(min_run_time=min_run_time).median)
+    return time_call("step()", {"step": step}, device, min_run_time=min_run_time)[0]

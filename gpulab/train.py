@@ -191,6 +191,16 @@ def regression_metrics(pred: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
     return {"mse": mse, "rmse": math.sqrt(mse), "r2": r2}
 
 
+def max_abs_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    """Largest absolute difference between two dicts of tensors with the same names (weights, gradients).
+
+    Tensors may live on different devices; the comparison happens on the CPU.
+    """
+    if a.keys() != b.keys():
+        raise ValueError(f"names differ: {sorted(a)} vs {sorted(b)}")
+    return max((float((a[k].detach().cpu() - b[k].detach().cpu()).abs().max()) for k in a), default=0.0)
+
+
 def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
     """Test metrics (MSE, RMSE, R²) of ``model`` on ``X``, ``y``."""
     return regression_metrics(predict(model, X), y)

@@ -7,7 +7,7 @@ import torch
 
 from gpulab import checkpoint
 from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
-from gpulab.train import fit
+from gpulab.train import fit, max_abs_difference
 
 
 def small_setup(recipe: Recipe):
@@ -31,9 +31,6 @@ def train(recipe: Recipe, directory=None, stop_after: int | None = None, resume:
         seed=recipe.seed, progress=False, start_epoch=start, on_epoch_end=on_end)
     return model.state_dict(), start
 
-
-def max_diff(a: dict, b: dict) -> float:
-    return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
 def test_names_and_latest(tmp_path):
@@ -64,9 +61,9 @@ def test_resume_equals_uninterrupted(tmp_path):
     assert checkpoint.latest(tmp_path).name == "epoch0004.pt"
     resumed, start = train(recipe, tmp_path, resume=True)
     assert start == 5
-    assert max_diff(whole, resumed) <= 1e-6
+    assert max_abs_difference(whole, resumed) <= 1e-6
     interrupted_only, _ = train(recipe, None, stop_after=5)
-    assert max_diff(whole, interrupted_only) > 1e-3  # the comparison can fail
+    assert max_abs_difference(whole, interrupted_only) > 1e-3  # the comparison can fail
 
 
 def test_resume_without_checkpoint_starts_at_zero(tmp_path):
@@ -96,7 +93,7 @@ def test_damaged_checkpoint_reported_by_path(tmp_path, damage):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(checkpoint.CheckpointError, match="epoch0001.pt"):
         checkpoint.resume(tmp_path, model, opt)
-    assert max_diff(before, model.state_dict()) == 0.0  # nothing was loaded
+    assert max_abs_difference(before, model.state_dict()) == 0.0  # nothing was loaded
 
 
 def test_unsafe_pickle_is_refused(tmp_path):

@@ -12,7 +12,7 @@ import torch
 from gpulab.ddp_worker import choose_backend, distributed_metrics, parse_args
 from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
 from gpulab.launch import free_port, train_ddp
-from gpulab.train import fit, regression_metrics
+from gpulab.train import fit, max_abs_difference, regression_metrics
 
 EPOCHS = 20
 
@@ -25,10 +25,6 @@ def single_process(recipe: Recipe) -> dict[str, torch.Tensor]:
         batch_size=recipe.batch_size, seed=recipe.seed, world_size=1, progress=False)
     return model.state_dict()
 
-
-def max_diff(a: dict, b: dict) -> float:
-    assert set(a) == set(b)
-    return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +66,13 @@ def test_worker_refuses_to_run_outside_torchrun(monkeypatch, capsys):
 def test_ddp_equals_single_process(nproc, reference):
     result = train_ddp(nproc, Recipe(epochs=EPOCHS), timeout=120, echo=False)
     assert result.world_size == nproc and result.backend == "gloo"
-    assert max_diff(result.state_dict, reference) <= 1e-4
+    assert max_abs_difference(result.state_dict, reference) <= 1e-4
     assert result.history.epochs == list(range(EPOCHS))
     assert result.metrics["rmse"] == pytest.approx(result.metrics["mse"] ** 0.5)
     assert [line for line in result.lines if line.startswith("[rank 0] epoch")]  # rank 0 logs
     assert not [line for line in result.lines if line.startswith("[rank 1] epoch")]  # the others do not
     untrained = article_model(Recipe()).state_dict()
-    assert max_diff(result.state_dict, untrained) > 1e-2  # the comparison can fail
+    assert max_abs_difference(result.state_dict, untrained) > 1e-2  # the comparison can fail
 
 
 @pytest.mark.slow
@@ -97,7 +93,7 @@ def test_killed_worker_is_restarted_and_resumes_to_the_same_weights(tmp_path):
     assert any("resuming from epoch" in line for line in result.lines), result.lines
     assert 10 <= result.summary["resumed_from_epoch"] < 30
     assert result.history.epochs == list(range(30))  # one history, no epoch twice
-    assert max_diff(result.state_dict, single_process(recipe)) <= 1e-4
+    assert max_abs_difference(result.state_dict, single_process(recipe)) <= 1e-4
 
 
 @pytest.mark.slow
@@ -121,7 +117,7 @@ def test_two_nodes_on_one_machine_equal_one_node(reference):
     assert not errors, errors
     head = results[0]
     assert head.world_size == 2
-    assert max_diff(head.state_dict, reference) <= 1e-4
+    assert max_abs_difference(head.state_dict, reference) <= 1e-4
     assert results[1].state_dict == {}  # rank 0 lives on node 0: only it saves
     assert any(line.startswith("[rank 0] done") for line in head.lines)
     assert not any(line.startswith("[rank 0]") for line in results[1].lines)  # node 1 holds rank 1 only

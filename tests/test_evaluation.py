@@ -7,9 +7,10 @@ import torch
 
 from gpulab.boston import load_boston, split
 from gpulab.evaluation import (
-    MODELS, ImprovedConfig, Score, cpu_threads, fit_and_predict, fit_improved, format_table, ratio,
+    MODELS, ImprovedConfig, Score, fit_and_predict, fit_improved, format_table, ratio,
     repeated_evaluation,
 )
+from gpulab.bench import using_threads
 from gpulab.models import EnsembleMLP
 
 TINY = ImprovedConfig(members=2, hidden=8, epochs=6, patience=2)
@@ -47,7 +48,7 @@ def test_improved_config_rejects_bad_values(kwargs):
 def test_fit_improved_stops_early_and_keeps_best_weights():
     data = split(load_boston(), seed=0)
     config = ImprovedConfig(members=2, hidden=8, epochs=60, patience=1, lr=0.05)  # no patience: stops soon
-    with cpu_threads(1):
+    with using_threads(1):
         result = fit_improved(data, config, seed=0)
     assert len(result.val_rmse) < 60  # stopped early
     assert len(result.val_rmse) == result.best_epoch + 1 + config.patience
@@ -63,7 +64,7 @@ def test_fit_improved_stops_early_and_keeps_best_weights():
 
 def test_fit_improved_is_reproducible_and_predicts_dollars():
     data = split(load_boston(), seed=1)
-    with cpu_threads(1):
+    with using_threads(1):
         a, b = fit_improved(data, TINY, seed=3), fit_improved(data, TINY, seed=3)
     pa, pb = a.predict(data.X_test), b.predict(data.X_test)
     assert pa.shape == (len(data.X_test), 1)
@@ -74,7 +75,7 @@ def test_fit_improved_is_reproducible_and_predicts_dollars():
 def test_every_model_fits_and_predicts():
     data = split(load_boston(drop_b=True), seed=0)
     for name in MODELS:
-        with cpu_threads(1):
+        with using_threads(1):
             pred, seconds, device = fit_and_predict(name, data, 0, torch.device("cpu"), TINY, article_epochs=2)
         assert pred.reshape(-1).shape == (len(data.X_test),)
         assert seconds >= 0 and device == "cpu"
@@ -126,9 +127,9 @@ def test_repeated_evaluation_rejects_bad_models(models):
         repeated_evaluation(1, models=models)
 
 
-def test_cpu_threads_restores():
+def test_using_threads_restores():
     before = torch.get_num_threads()
-    with cpu_threads(1):
+    with using_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
 

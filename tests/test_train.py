@@ -224,3 +224,14 @@ def test_fit_as_two_ranks_equals_one_process_without_collectives():
             p -= 0.1 * (grads[0][k] + grads[1][k]) / 2
     for k, v in start.state_dict().items():
         torch.testing.assert_close(v, single.state_dict()[k], rtol=1e-5, atol=1e-6)
+
+
+def test_max_abs_difference_finds_the_largest_gap_and_rejects_other_names():
+    from gpulab.train import max_abs_difference
+
+    a = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([0.5])}
+    b = {"w": torch.tensor([1.0, 2.25]), "b": torch.tensor([0.0])}
+    assert max_abs_difference(a, b) == 0.5
+    assert max_abs_difference(a, a) == 0.0
+    with pytest.raises(ValueError, match="names differ"):
+        max_abs_difference(a, {"w": a["w"]})
