@@ -1,0 +1,215 @@
+"""Build the student edition of every notebook: solutions removed, exercise cells cleared.
+
+    python scripts/student.py                  # notebooks/*.ipynb -> build/student/notebooks/
+    python scripts/student.py --out DIR        # another output folder
+    python scripts/student.py --check          # build, then run every student notebook top to bottom
+
+Cells are marked in the source notebooks with cell tags, so the build never guesses:
+
+- ``solution``: removed from the student edition (the "Solution" heading, the solution code, and any
+  cell that only works once the exercise is solved, such as a second run of the check);
+- ``exercise``: kept, with its outputs cleared (the stub the learner edits and the check below it).
+
+Every other cell keeps its outputs, so a student sees what to expect. A notebook whose code calls an
+exercise check (``check_...(``) must tag that cell and have at least one ``solution`` cell, and a
+collapsed code cell must be tagged ``solution``; otherwise the build stops with a one-line error, so an
+untagged notebook can never leak its solutions. Files the notebooks point to with ``../`` (links,
+paths in code) are copied beside them, so links and those cells still work.
+
+The same sources always give byte-identical output. The output folder is replaced as a whole (built
+beside it, then renamed), and only when it is missing, empty or an earlier student build.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION, EXERCISE = "solution", "exercise"
+MARKER = ".student-edition"
+HEADER_ID = "student-edition"
+HEADER = ("> **Student edition.** The solutions are removed and the exercise cells are cleared: the answers are "
+          "yours to find. Every other output is from a complete run, so you can see what to expect.")
+CHECK_CALL = re.compile(r"\bcheck_\w+\s*\(")
+MD_LINK = re.compile(r"\]\((\.\./[^)\s#]+)")
+CODE_PATH = re.compile(r"""["'](\.\./[^"'\s]+)["']""")
+
+
+class BuildError(ValueError):
+    """A source notebook cannot be turned into a student edition safely."""
+
+
+def source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def tags(cell: dict) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def check_tags(name: str, cells: list[dict]) -> None:
+    """Raise ``BuildError`` when the tags cannot keep the solutions out of the student edition."""
+    checks = []
+    for i, cell in enumerate(cells):
+        marked = set(tags(cell)) & {SOLUTION, EXERCISE}
+        if len(marked) == 2:
+            raise BuildError(f"{name}: cell {i} is tagged both 'exercise' and 'solution': keep one")
+        if cell["cell_type"] != "code":
+            continue
+        call = CHECK_CALL.search(source(cell))
+        if call:
+            checks.append(i)
+            if not marked:
+                raise BuildError(f"{name}: cell {i} calls {call.group(0).rstrip('( ')}() but is tagged neither "
+                                 f"'exercise' nor 'solution'")
+        if cell.get("metadata", {}).get("jupyter", {}).get("source_hidden") and not marked:
+            raise BuildError(f"{name}: cell {i} is collapsed (source_hidden) but not tagged 'solution'")
+    exercises = [i for i, c in enumerate(cells) if EXERCISE in tags(c)]
+    if (checks or exercises) and not any(SOLUTION in tags(c) for c in cells):
+        first = (checks or exercises)[0]
+        raise BuildError(f"{name}: cell {first} is an exercise but no cell is tagged 'solution': "
+                         f"tag the solution cells so they are left out")
+
+
+def student_cells(name: str, cells: list[dict]) -> list[dict]:
+    """The student edition's cells: solutions dropped, exercises cleared, a header after the title."""
+    check_tags(name, cells)
+    out = []
+    for cell in cells:
+        if SOLUTION in tags(cell):
+            continue
+        cell = copy.deepcopy(cell)
+        if EXERCISE in tags(cell) and cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+            cell.get("metadata", {}).pop("execution", None)
+        out.append(cell)
+    header = {"cell_type": "markdown", "id": HEADER_ID, "metadata": {"tags": [HEADER_ID]}, "source": HEADER}
+    if any(c.get("id") == HEADER_ID for c in out):
+        raise BuildError(f"{name}: a cell already has the id {HEADER_ID!r}")
+    if "id" not in (out[0] if out else {}):
+        header.pop("id")
+    return out[:1] + [header] + out[1:]
+
+
+def referenced_files(cells: list[dict]) -> list[str]:
+    """Paths starting with ``../`` that markdown links or code strings point to, in order of appearance."""
+    found: list[str] = []
+    for cell in cells:
+        pattern = MD_LINK if cell["cell_type"] == "markdown" else CODE_PATH
+        for path in pattern.findall(source(cell)):
+            if path not in found:
+                found.append(path)
+    return found
+
+
+def dumps(nb: dict) -> str:
+    """The notebook as text, formatted as Jupyter writes it (stable key order)."""
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def build_into(src: Path, dest: Path) -> list[Path]:
+    """Write the student edition of every notebook in ``src`` to ``dest/<src name>/``; return the files."""
+    notebooks = sorted(src.glob("*.ipynb"))
+    if not notebooks:
+        raise BuildError(f"no notebooks in {src}")
+    folder = dest / src.name
+    folder.mkdir(parents=True)
+    written, extra = [], []
+    for path in notebooks:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        nb["cells"] = student_cells(path.name, nb.get("cells", []))
+        target = folder / path.name
+        target.write_text(dumps(nb), encoding="utf-8")
+        written.append(target)
+        for ref in referenced_files(nb["cells"]):
+            origin = (src / ref).resolve()
+            if not origin.is_relative_to(src.parent.resolve()):
+                raise BuildError(f"{path.name}: {ref} points outside the repository")
+            if not origin.is_file():
+                raise BuildError(f"{path.name}: {ref} is not a file (links must point to files that exist)")
+            if ref not in extra:
+                extra.append(ref)
+    for ref in sorted(extra):
+        target = (folder / ref).resolve()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / ref, target)
+        written.append(target)
+    return written
+
+
+def build(src: Path, out: Path) -> list[Path]:
+    """Build into a fresh folder beside ``out``, then put it in place of ``out``."""
+    src, out = Path(src).resolve(), Path(out).resolve()
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
+        raise BuildError(f"{out} exists and is not an earlier student build: choose another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    old = out.with_name(f"{tmp.name}.old")
+    try:
+        written = build_into(src, tmp)
+        (tmp / MARKER).write_text("built by scripts/student.py; safe to delete\n", encoding="utf-8")
+        if out.exists():
+            os.replace(out, old)
+        os.replace(tmp, out)
+    except BaseException:
+        if old.exists() and not out.exists():
+            os.replace(old, out)
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return [out / p.relative_to(tmp) for p in written]
+
+
+def run_notebook(path: Path, timeout: int = 300) -> tuple[dict, str]:
+    """Run one notebook top to bottom in memory (nbclient, cwd = its folder): ``(executed notebook, problem or '')``."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    os.environ.pop("MPLBACKEND", None)  # the kernel inherits it: it would hide figures
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(Path(path).parent)}})
+    try:
+        client.execute()
+    except (CellExecutionError, CellTimeoutError, DeadKernelError) as exc:
+        lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+        return nb, lines[-1] if lines else type(exc).__name__
+    return nb, ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Build the student edition of the notebooks.")
+    parser.add_argument("--src", type=Path, default=ROOT / "notebooks", help="source notebooks (default notebooks/)")
+    parser.add_argument("--out", type=Path, default=ROOT / "build" / "student", help="output folder (default build/student)")
+    parser.add_argument("--check", action="store_true", help="then run every student notebook top to bottom")
+    parser.add_argument("--timeout", type=int, default=300, help="seconds allowed per cell with --check (default 300)")
+    args = parser.parse_args(argv)
+    try:
+        written = build(args.src, args.out)
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    folder = args.out.resolve() / args.src.resolve().name
+    print(f"student edition: {sum(p.suffix == '.ipynb' for p in written)} notebooks in {folder}")
+    if not args.check:
+        return 0
+    failed = 0
+    for path in sorted(folder.glob("*.ipynb")):
+        _, problem = run_notebook(path, args.timeout)
+        print(f"{'FAILED' if problem else 'ok':<7} {path.name}{': ' + problem if problem else ''}", flush=True)
+        failed += bool(problem)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
