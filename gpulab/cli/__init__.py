@@ -19,6 +19,7 @@ COMMANDS = {
     "train": "gpulab.cli.train",
     "ddp": "gpulab.cli.ddp",
     "evaluate": "gpulab.cli.evaluate",
+    "preflight": "gpulab.cli.preflight",
 }
 
 

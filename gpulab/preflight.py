@@ -1,0 +1,260 @@
+"""The pre-class check behind ``gpulab preflight``: will the course run on this laptop?
+
+Each check returns a ``Check``: ``OK``, ``NOTE`` (works, with advice: e.g. a multi-GB CUDA build of
+torch on a machine without an NVIDIA GPU) or ``PROBLEM`` (the course will not run as it is), with the
+fix in one line. The machine is ready when no check says ``PROBLEM``. Checks never raise: a check
+that cannot run is itself a ``PROBLEM``.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Iterator
+
+OK, NOTE, PROBLEM = "OK", "NOTE", "PROBLEM"
+MIN_FREE_GIB = 2.0
+DIST = "gpulab"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+INSTALL_FIX = "run `make install` in the course folder (or: pip install -c constraints.txt -e .)"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report."""
+
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+def _requirements() -> tuple[str, list[str]]:
+    """``(Requires-Python, [runtime requirements])`` of the installed gpulab (extras left out)."""
+    meta = metadata.metadata(DIST)
+    reqs = [r for r in (metadata.requires(DIST) or []) if "extra ==" not in r]
+    return meta.get("Requires-Python") or "", reqs
+
+
+def tested_versions(path: Path | None = None) -> dict[str, str]:
+    """``name -> version`` pinned in constraints.txt, when the course folder has one (else empty)."""
+    path = path or Path(__file__).resolve().parent.parent / "constraints.txt"
+    if not path.is_file():
+        return {}
+    pins = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", path.read_text(encoding="utf-8"), flags=re.M)
+    return {_normal(name): version for name, version in pins}
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def check_python() -> Check:
+    """The running Python against gpulab's ``Requires-Python``."""
+    from packaging.specifiers import SpecifierSet
+
+    here = platform.python_version()
+    try:
+        needed, _ = _requirements()
+    except metadata.PackageNotFoundError:
+        return Check("python", PROBLEM, f"{here}, but gpulab is not installed in this Python", INSTALL_FIX)
+    if needed and here not in SpecifierSet(needed):
+        return Check("python", PROBLEM, f"{here}, the course needs {needed}",
+                     f"install Python {needed.lstrip('>=~')} or newer and create the environment again")
+    return Check("python", OK, f"{here} (needs {needed or 'any'})")
+
+
+def check_packages() -> list[Check]:
+    """Every runtime dependency: installed, and in the range gpulab asks for."""
+    from packaging.requirements import Requirement
+
+    try:
+        _, reqs = _requirements()
+    except metadata.PackageNotFoundError:
+        return [Check("packages", PROBLEM, "gpulab is not installed in this Python", INSTALL_FIX)]
+    tested = tested_versions()
+    checks = []
+    for req in map(Requirement, reqs):
+        try:
+            version = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            checks.append(Check(req.name, PROBLEM, f"not installed (needs {req.specifier})", INSTALL_FIX))
+            continue
+        pin = tested.get(_normal(req.name))
+        note = f"; tested with {pin}" if pin and pin != version.split("+")[0] else ""
+        if req.specifier.contains(version, prereleases=True):
+            checks.append(Check(req.name, OK, f"{version} (needs {req.specifier}{note})"))
+        else:
+            checks.append(Check(req.name, PROBLEM, f"{version}, the course needs {req.specifier}",
+                                f"pip install --upgrade '{req}'" + (f" (tested: {req.name}=={pin})" if pin else "")))
+    return checks
+
+
+def check_disk(path: str | Path = ".", min_free_gib: float = MIN_FREE_GIB) -> Check:
+    """Free space where the course runs (outputs, checkpoints, pip's cache)."""
+    free = shutil.disk_usage(path).free / 2**30
+    if free < min_free_gib:
+        return Check("disk", PROBLEM, f"{free:.1f} GiB free here, less than {min_free_gib:g} GiB",
+                     "free some disk space (for example `pip cache purge`) or work on another drive")
+    return Check("disk", OK, f"{free:.1f} GiB free here (needs {min_free_gib:g} GiB)")
+
+
+def _nvidia_package_bytes() -> int:
+    """Bytes of the ``nvidia-*`` pip packages a CUDA build of torch pulls in (0 with conda or a CPU build)."""
+    total = 0
+    for dist in metadata.distributions():
+        if (dist.metadata.get("Name") or "").lower().startswith("nvidia-"):
+            for f in dist.files or []:
+                try:
+                    total += f.locate().stat().st_size
+                except OSError:
+                    pass
+    return total
+
+
+def check_torch_build() -> Check:
+    """The torch build against the hardware: a CUDA build needs an NVIDIA GPU to be worth its size."""
+    try:
+        import torch
+
+        from gpulab import devices, doctor
+    except Exception as exc:  # a broken torch can raise anything on import
+        return Check("torch build", PROBLEM, f"torch does not import: {type(exc).__name__}: {exc}", INSTALL_FIX)
+    build = devices.cuda_backend() or "CPU-only"
+    smi = doctor.nvidia_smi()
+    if torch.version.cuda and torch.cuda.is_available():
+        return Check("torch build", OK, f"{build}, {torch.cuda.device_count()} NVIDIA GPU(s) usable")
+    if torch.version.cuda and not smi["found"]:
+        gb = _nvidia_package_bytes() / 1e9
+        size = f" plus {gb:.1f} GB of nvidia-* packages" if gb >= 0.1 else ""
+        return Check("torch build", NOTE, f"{build}{size}, but no NVIDIA GPU here: the course runs, on the CPU",
+                     f"to save the space: pip install --force-reinstall torch --index-url {CPU_INDEX} "
+                     f"(README, 'Installing on a classroom network')")
+    if torch.version.cuda:
+        return Check("torch build", NOTE, f"{build}, nvidia-smi found but torch cannot use the GPU ({smi['note']})",
+                     "update the NVIDIA driver, or install a torch build for an older CUDA (pytorch.org)")
+    if smi["found"] and smi["gpus"]:
+        return Check("torch build", NOTE, f"{build}, but this machine has an NVIDIA GPU torch cannot use",
+                     "install the CUDA build of torch (pytorch.org, 'Get started') to use the GPU")
+    if devices.mps_available():
+        return Check("torch build", OK, f"{build} with Apple MPS: the GPU path runs on mps")
+    return Check("torch build", OK, f"{build}: right for a machine without an NVIDIA GPU")
+
+
+def check_rendezvous(timeout: float = 60.0) -> Check:
+    """Two gloo ranks meet on 127.0.0.1 and all-reduce (notebooks 05-07 need this)."""
+    try:
+        from gpulab import loopback
+
+        result = loopback.rendezvous(2, timeout)
+    except Exception as exc:  # torch missing or broken
+        return Check("rendezvous", PROBLEM, f"could not start: {type(exc).__name__}: {exc}", INSTALL_FIX)
+    if result.ok:
+        return Check("rendezvous", OK, f"{result.detail} in {result.seconds:.1f} s")
+    if result.detail.startswith("could not open a port"):
+        fix = "a firewall or security tool blocks local ports: allow Python to listen on 127.0.0.1"
+    else:
+        fix = ("allow Python through the firewall for local (127.0.0.1) connections; on a VPN, disconnect and "
+               "retry; on macOS, check that `ping $(hostname)` answers")
+    return Check("rendezvous", PROBLEM, result.detail, fix)
+
+
+def start_new_kernel(**kwargs):
+    """``jupyter_client.manager.start_new_kernel`` (a module attribute so tests can replace it)."""
+    from jupyter_client.manager import start_new_kernel as start
+
+    return start(**kwargs)
+
+
+def _tail(log) -> str:
+    from gpulab.loopback import last_line
+
+    line = last_line(log)
+    return f" ({line})" if line else ""
+
+
+def check_kernel(timeout: float = 60.0, kernel_name: str = "python3") -> Check:
+    """A notebook kernel starts, imports gpulab and torch, and answers ``1 + 1``."""
+    start = time.monotonic()
+    results: list[str] = []
+
+    def keep(msg: dict) -> None:
+        if msg.get("msg_type") == "execute_result":
+            results.append(msg["content"]["data"].get("text/plain", ""))
+
+    with tempfile.TemporaryFile() as log:  # the kernel's own messages: shown only when it fails
+        try:
+            km, kc = start_new_kernel(kernel_name=kernel_name, startup_timeout=timeout,
+                                      stdout=subprocess.DEVNULL, stderr=log)
+        except Exception as exc:  # no such kernel, it died at start, it timed out
+            return Check("kernel", PROBLEM, f"the {kernel_name!r} kernel did not start: {type(exc).__name__}: "
+                         f"{exc}{_tail(log)}",
+                         "python -m ipykernel install --user (run it with this environment's Python)")
+        try:
+            reply = kc.execute_interactive("import gpulab, torch\n1 + 1", timeout=timeout, output_hook=keep)
+            content = reply["content"]
+        except Exception as exc:  # timeout, dead kernel
+            return Check("kernel", PROBLEM, f"the kernel started but did not answer: {type(exc).__name__}: "
+                         f"{exc}{_tail(log)}", "restart the computer and run `gpulab preflight` again")
+        finally:
+            kc.stop_channels()
+            km.shutdown_kernel(now=True)
+    if content.get("status") != "ok":
+        error = f"{content.get('ename')}: {content.get('evalue')}"
+        return Check("kernel", PROBLEM, f"the kernel runs a Python where {error}",
+                     "start JupyterLab from the course environment (`make lab`), or register this one: "
+                     "python -m ipykernel install --user --name gpulab")
+    if results != ["2"]:
+        return Check("kernel", PROBLEM, f"1 + 1 gave {results!r} instead of 2", "reinstall ipykernel: " + INSTALL_FIX)
+    return Check("kernel", OK, f"{kernel_name} kernel started, imported gpulab and torch, 1 + 1 = 2, "
+                               f"in {time.monotonic() - start:.1f} s")
+
+
+def run_checks(timeout: float = 60.0, min_free_gib: float = MIN_FREE_GIB) -> Iterator[Check]:
+    """Every check, in report order, each yielded as soon as it is done."""
+    steps: list[tuple[str, Callable[[], Check | list[Check]]]] = [
+        ("python", check_python), ("packages", check_packages), ("disk", lambda: check_disk(".", min_free_gib)),
+        ("torch build", check_torch_build), ("rendezvous", lambda: check_rendezvous(timeout)),
+        ("kernel", lambda: check_kernel(timeout)),
+    ]
+    for name, step in steps:
+        try:
+            found = step()
+        except Exception as exc:  # a check must never end the report
+            found = Check(name, PROBLEM, f"the check itself failed: {type(exc).__name__}: {exc}", INSTALL_FIX)
+        yield from (found if isinstance(found, list) else [found])
+
+
+def passed(checks: list[Check]) -> bool:
+    """True when no check says PROBLEM."""
+    return all(c.status != PROBLEM for c in checks)
+
+
+def format_check(check: Check) -> str:
+    """One report line, and the fix on the next when there is one."""
+    line = f"{check.status:<8} {check.name:<13} {check.detail}"
+    return line + (f"\n{'':<8} {'fix:':<13} {check.fix}" if check.fix else "")
+
+
+def summary(checks: list[Check]) -> str:
+    """The last line of the report."""
+    problems = sum(c.status == PROBLEM for c in checks)
+    if not problems:
+        return "Ready: every check passed, this machine can run the course."
+    return f"Not ready: {problems} problem(s). Apply each fix, then run `gpulab preflight` again."
+
+
+def report(checks: list[Check]) -> dict:
+    """The JSON report a teacher collects."""
+    from gpulab import __version__
+
+    return {"gpulab": __version__, "python": platform.python_version(), "platform": platform.platform(terse=True),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "ready": passed(checks),
+            "checks": [asdict(c) for c in checks]}
