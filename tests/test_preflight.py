@@ -127,7 +127,8 @@ def _gone(pids: list[int]) -> bool:
 def test_broken_rendezvous_times_out_and_leaves_no_process(monkeypatch):
     real = loopback._rank_command
     # each rank waits for a third rank that never comes
-    monkeypatch.setattr(loopback, "_rank_command", lambda port, rank, world, timeout: real(port, rank, world + 1, timeout))
+    monkeypatch.setattr(loopback, "_rank_command",
+                        lambda port, rank, world, timeout: real(port, rank, world + 1, timeout))
     start = time.monotonic()
     result = loopback.rendezvous(2, timeout=4)
     assert time.monotonic() - start < 15
