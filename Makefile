@@ -51,3 +51,26 @@ clean:
 test-browser: install
 	bash scripts/browser_setup.sh
 	GPULAB_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -p no:cacheprovider -v -s tests/browser
+
+# Classroom kit (TEACHING.md): student copies, the pre-class check, a wheel for cloud notebooks, section timings.
+.PHONY: student student-check preflight wheel timings
+
+# Student edition of every notebook in build/student/ (solutions removed, exercises cleared).
+student: install
+	$(BIN)/python scripts/student.py --out build/student
+
+# ... and run every student notebook top to bottom.
+student-check: install
+	env -u MPLBACKEND $(BIN)/python scripts/student.py --out build/student --check
+
+# Will the course run on this machine? Options: make preflight PREFLIGHT_ARGS="--json report.json"
+preflight: install
+	$(BIN)/gpulab preflight $(PREFLIGHT_ARGS)
+
+# dist/gpulab-VERSION-py3-none-any.whl, to install on a cloud notebook (README: a GPU for learners who have none).
+wheel: install
+	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist .
+
+# Run every notebook, time its sections and rewrite the class plans in TEACHING.md (on an idle machine).
+timings: install
+	env -u MPLBACKEND $(BIN)/python scripts/time_sections.py --write TEACHING.md

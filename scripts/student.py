@@ -190,7 +190,8 @@ def run_notebook(path: Path, timeout: int = 300) -> tuple[dict, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build the student edition of the notebooks.")
     parser.add_argument("--src", type=Path, default=ROOT / "notebooks", help="source notebooks (default notebooks/)")
-    parser.add_argument("--out", type=Path, default=ROOT / "build" / "student", help="output folder (default build/student)")
+    parser.add_argument("--out", type=Path, default=ROOT / "build" / "student",
+                        help="output folder (default build/student)")
     parser.add_argument("--check", action="store_true", help="then run every student notebook top to bottom")
     parser.add_argument("--timeout", type=int, default=300, help="seconds allowed per cell with --check (default 300)")
     args = parser.parse_args(argv)
