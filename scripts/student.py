@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -40,6 +41,7 @@ HEADER = ("> **Student edition.** The solutions are removed and the exercise cel
 CHECK_CALL = re.compile(r"\bcheck_\w+\s*\(")
 MD_LINK = re.compile(r"\]\((\.\./[^)\s#]+)")
 CODE_PATH = re.compile(r"""["'](\.\./[^"'\s]+)["']""")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class BuildError(ValueError):
@@ -180,9 +182,9 @@ def run_notebook(path: Path, timeout: int = 300) -> tuple[dict, str]:
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(Path(path).parent)}})
     try:
-        client.execute()
+        client.execute(stderr=subprocess.DEVNULL)  # the kernel's own start-up chatter
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as exc:
-        lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+        lines = [line for line in ANSI.sub("", str(exc)).strip().splitlines() if line.strip()]
         return nb, lines[-1] if lines else type(exc).__name__
     return nb, ""
 

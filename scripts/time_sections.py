@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,7 +204,7 @@ def measure(path: Path, timeout: int) -> list[dict]:
     os.environ.pop("MPLBACKEND", None)  # the kernel inherits it: it would hide figures
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=True,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+                   resources={"metadata": {"path": str(path.parent)}}).execute(stderr=subprocess.DEVNULL)
     return nb["cells"]
 
 

@@ -226,3 +226,15 @@ def test_student_edition_runs_and_checks_say_not_yet(built, name):
     for cell in checks:
         assert "Not yet:" in _output_text(cell), source(cell)
         assert not any(o.get("output_type") == "error" for o in cell.outputs)
+
+
+@pytest.mark.slow
+def test_a_failing_student_notebook_is_reported_in_one_plain_line(tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# 98 · Broken"), nbformat.v4.new_code_cell("1 / 0")]
+    path = tmp_path / "98_broken.ipynb"
+    nbformat.write(nb, path)
+    _, problem = student.run_notebook(path, timeout=60)
+    assert problem == "ZeroDivisionError: division by zero"
