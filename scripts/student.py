@@ -11,7 +11,7 @@ Cells are marked in the source notebooks with cell tags, so the build never gues
 - ``exercise``: kept, with its outputs cleared (the stub the learner edits and the check below it).
 
 Every other cell keeps its outputs, so a student sees what to expect. A notebook whose code calls an
-exercise check (``check_...(``) must tag that cell and have at least one ``solution`` cell, and a
+exercise check (a ``check_...`` function of ``gpulab.exercises``) must tag that cell and have at least one ``solution`` cell, and a
 collapsed code cell must be tagged ``solution``; otherwise the build stops with a one-line error, so an
 untagged notebook can never leak its solutions. Files the notebooks point to with ``../`` (links,
 paths in code) are copied beside them, so links and those cells still work.
@@ -38,7 +38,16 @@ MARKER = ".student-edition"
 HEADER_ID = "student-edition"
 HEADER = ("> **Student edition.** The solutions are removed and the exercise cells are cleared: the answers are "
           "yours to find. Every other output is from a complete run, so you can see what to expect.")
-CHECK_CALL = re.compile(r"\bcheck_\w+\s*\(")
+
+
+def _exercise_checks(folder: Path = ROOT / "gpulab" / "exercises") -> re.Pattern:
+    """A call of any exercise check, i.e. of a top-level ``def check_...`` in gpulab/exercises/."""
+    names = sorted({n for path in folder.glob("*.py")
+                    for n in re.findall(r"^def (check_\w+)\(", path.read_text(encoding="utf-8"), flags=re.M)})
+    return re.compile(rf"\b({'|'.join(names)})\s*\(" if names else r"(?!)")
+
+
+CHECK_CALL = _exercise_checks()
 MD_LINK = re.compile(r"\]\((\.\./[^)\s#]+)")
 CODE_PATH = re.compile(r"""["'](\.\./[^"'\s]+)["']""")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

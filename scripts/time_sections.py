@@ -8,8 +8,9 @@
 A section starts at a markdown line beginning with ``## ``; what comes before the first one is the
 "Introduction". A section's run time is the sum of its code cells' execution times, from the timestamps
 nbclient (or ``make notebooks``) records in each cell's metadata. Its reading time is estimated from
-word counts: READ_WPM words of prose and CODE_WPM words of code per minute. Exercises and self-checks
-get a fixed allowance (EXERCISE_MIN, QUIZ_MIN), stated as such. Which sections each class plan leaves
+word counts: READ_WPM words of prose and CODE_WPM words of code per minute. Exercises (sections with a
+cell tagged ``exercise``) and self-checks (a ``quiz(`` call) get a fixed allowance (EXERCISE_MIN,
+QUIZ_MIN), stated as such. Which sections each class plan leaves
 for after class, or shows as a teacher's demo, is PLAN below. ``--check`` re-renders the block from the
 run times written in it and the current notebooks, so stale sections or word counts are caught
 without running anything.
@@ -34,7 +35,6 @@ EXERCISE_MIN, QUIZ_MIN = 5, 2
 BREAK_MIN = {"core": 10, "full": 20}  # one 10-minute break in the 2-hour plan, two in the half day
 TARGET_MIN = {"core": 120, "full": 240}
 UNMEASURED = "Not measured yet: run `make timings` on an idle machine."
-CHECK_CALL = re.compile(r"\bcheck_\w+\s*\(")
 AFTER, DEMO = "after class", "demo"
 # The 2-hour core plan is the path from one GPU to many (01-05); 06 and 07 follow after class or in a second
 # session. Sections (by the start of their title, "" for all) that a plan does not have students run themselves:
@@ -110,7 +110,7 @@ def sections(number: str, cells: list[dict], timed: bool = True) -> list[Section
             continue
         here = found[-1]
         here.code += len(text.split())
-        here.exercise |= bool(CHECK_CALL.search(text)) or "exercise" in cell.get("metadata", {}).get("tags", [])
+        here.exercise |= "exercise" in cell.get("metadata", {}).get("tags", [])
         here.quiz |= "quiz(" in text
         if timed:
             seconds = cell_seconds(cell)

@@ -238,3 +238,19 @@ def test_a_failing_student_notebook_is_reported_in_one_plain_line(tmp_path):
     nbformat.write(nb, path)
     _, problem = student.run_notebook(path, timeout=60)
     assert problem == "ZeroDivisionError: division by zero"
+
+
+def test_other_check_functions_and_the_quiz_are_no_exercise(tmp_path):
+    def plain(cells):
+        cells[:] = cells[:1] + [
+            {"cell_type": "code", "id": "a1", "metadata": {}, "execution_count": 1, "outputs": [],
+             "source": "from gpulab import bench\nbench.check_size(3)"},
+            {"cell_type": "code", "id": "a2", "metadata": {}, "execution_count": 2, "outputs": [],
+             "source": "from gpulab.exercises.quiz import check, quiz\ncheck('04', 1, 'a')\nquiz('04')"},
+        ]
+
+    src = _one_notebook(tmp_path, "04_data_parallel.ipynb", plain)
+    student.build(src, tmp_path / "out")
+    cells = _cells(tmp_path / "out" / "notebooks" / "04_data_parallel.ipynb")
+    assert [c.get("id") for c in cells] == [cells[0].get("id"), student.HEADER_ID, "a1", "a2"]
+    assert student.CHECK_CALL.search("check_replica_sizes(answer, 10, 4)")

@@ -33,7 +33,7 @@ CELLS = [
     _code("import os", 0.5),
     _md("## First part\none two three"),
     _code("x = 1", 1.25),
-    _code("print(check_answer(x))", 0.25),
+    _code("print(check_answer(x))", 0.25, tags=["exercise"]),
     _md("closing words\n## Second part\nfour five"),
     _code("quiz('99')", 2.0, tags=["nbval-ignore-output"]),
 ]
