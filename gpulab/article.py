@@ -4,6 +4,12 @@ The article keeps the data on the host in a ``DataLoader`` and, for every batch,
 with ``.type(torch.FloatTensor)`` (a *CPU* float32 tensor) and then copies it with
 ``.to(device)``. ``fit`` instead moves the whole (small) dataset to the device once and takes
 batches by index. Same model, same optimizer, same loss: only the data path differs.
+
+The article reads no loss value inside its batch loop, so neither does ``train_article`` by
+default: the loss is summed on the device and read once per epoch (for the ``History``), when
+the epoch's timing waits for the device anyway. ``loss_item_per_batch=True`` adds the common
+``total += loss.item()`` per batch, which on a GPU makes the host wait for the device at every
+step; ``benchmarks/loop_vs_article.py`` measures what that costs.
 """
 
 from __future__ import annotations
@@ -50,13 +56,18 @@ def train_article(
     lr: float = 0.01,
     device: str | torch.device = "cpu",
     optimizer: torch.optim.Optimizer | None = None,
+    loss_item_per_batch: bool = False,
 ) -> History:
     """Train as the article does: per batch ``.type(torch.FloatTensor).to(device)``; returns a ``History``.
 
     ``model`` must already be on ``device``. Loss is ``nn.MSELoss()``, optimizer Adam with ``lr``.
+    ``loss_item_per_batch`` reads ``loss.item()`` after every step (a device sync per batch on a
+    GPU), which the article does not do; the epoch's mean loss is the same either way.
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
         raise ValueError(f"epochs={epochs!r} must be a non-negative integer")
+    if not isinstance(loss_item_per_batch, bool):
+        raise ValueError(f"loss_item_per_batch={loss_item_per_batch!r} must be True or False")
     device = pick_device(device)
     optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr)
     criterion = nn.MSELoss()
@@ -65,7 +76,8 @@ def train_article(
     for epoch in range(epochs):
         synchronize(device)
         start = time.perf_counter()
-        total, count = 0.0, 0
+        total = torch.zeros((), dtype=torch.float64, device=device)
+        host_total, count = 0.0, 0
         for data, target in loader:
             data = data.type(torch.FloatTensor).to(device)
             target = target.type(torch.FloatTensor).to(device)
@@ -74,12 +86,16 @@ def train_article(
             loss = criterion(output, target)
             loss.backward()
             optimizer.step()
-            total += loss.item() * len(data)
+            if loss_item_per_batch:
+                host_total += loss.item() * len(data)  # the host waits here for the device
+            else:
+                total += loss.detach().double() * len(data)  # stays on the device: no wait
             count += len(data)
         synchronize(device)
         seconds = time.perf_counter() - start
+        loss_sum = host_total if loss_item_per_batch else total.item()  # once per epoch, after the clock
         history.epochs.append(epoch)
-        history.loss.append(total / count if count else float("nan"))
+        history.loss.append(loss_sum / count if count else float("nan"))
         history.seconds.append(seconds)
         history.samples_per_s.append(count / seconds if seconds > 0 else float("inf"))
     return history
