@@ -15,6 +15,8 @@ step; ``benchmarks/loop_vs_article.py`` measures what that costs.
 from __future__ import annotations
 
 import time
+import warnings
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -99,3 +101,40 @@ def train_article(
         history.seconds.append(seconds)
         history.samples_per_s.append(count / seconds if seconds > 0 else float("inf"))
     return history
+
+
+@dataclass(frozen=True)
+class LossShapes:
+    """``nn.MSELoss`` of an output against a target as given, and against the target shaped like the output."""
+
+    output_shape: tuple[int, ...]
+    target_shape: tuple[int, ...]
+    compared_shape: tuple[int, ...]
+    warning: str | None
+    loss_as_given: float
+    loss_matched: float
+
+
+def mse_as_given(output: torch.Tensor, target: torch.Tensor) -> LossShapes:
+    """The article's label bug, measured: ``MSELoss`` of ``(n, 1)`` outputs against ``(n,)`` labels.
+
+    The two shapes broadcast to ``(n, n)``: every output is compared with EVERY label, PyTorch warns
+    (the warning is caught and returned), and the loss is the mean over all n² pairs. A model trained
+    on that loss learns to predict the mean label. ``loss_matched`` reshapes the target to the
+    output's shape first, as intended.
+    """
+    if output.numel() != target.numel():
+        raise ValueError(f"output {tuple(output.shape)} and target {tuple(target.shape)} must hold as many values")
+    criterion = nn.MSELoss()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        as_given = criterion(output, target).item()
+    said = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    return LossShapes(
+        output_shape=tuple(output.shape),
+        target_shape=tuple(target.shape),
+        compared_shape=tuple(torch.broadcast_shapes(output.shape, target.shape)),
+        warning=said[0] if said else None,
+        loss_as_given=as_given,
+        loss_matched=criterion(output, target.reshape(output.shape)).item(),
+    )

@@ -1,9 +1,11 @@
-"""The article's loop: same training with or without a per-batch loss.item(), which only the option adds."""
+"""The article's loop: a per-batch loss.item() only as an option; its (n,) labels broadcast against (n, 1) outputs."""
+
+import contextlib
 
 import pytest
 import torch
 
-from gpulab.article import article_loader, train_article
+from gpulab.article import article_loader, mse_as_given, train_article
 from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
 
 RECIPE = Recipe(epochs=3)
@@ -69,3 +71,40 @@ def test_loader_rejects_bad_batch_and_mismatched_rows():
         article_loader(torch.zeros(4, 2), torch.zeros(4, 1), batch_size=0)
     with pytest.raises(ValueError, match="rows"):
         article_loader(torch.zeros(4, 2), torch.zeros(3, 1))
+
+
+def test_article_labels_broadcast_to_every_pair_and_warn():
+    out = torch.tensor([[1.0], [2.0], [4.0]])  # (3, 1), like the model's output
+    labels = torch.tensor([1.0, 2.0, 5.0])  # (3,), like the article's labels
+    r = mse_as_given(out, labels)
+    assert (r.output_shape, r.target_shape, r.compared_shape) == ((3, 1), (3,), (3, 3))
+    assert "different to the input size" in r.warning
+    every_pair = sum((o - t) ** 2 for o in (1.0, 2.0, 4.0) for t in (1.0, 2.0, 5.0)) / 9
+    assert r.loss_as_given == pytest.approx(every_pair)
+    assert r.loss_matched == pytest.approx(((4.0 - 5.0) ** 2) / 3)
+
+
+def test_matching_shapes_give_one_loss_and_no_warning():
+    out, labels = torch.randn(5, 1), torch.randn(5, 1)
+    r = mse_as_given(out, labels)
+    assert r.warning is None and r.compared_shape == (5, 1)
+    assert r.loss_as_given == pytest.approx(r.loss_matched)
+
+
+def test_mse_as_given_rejects_different_sizes():
+    with pytest.raises(ValueError, match="as many values"):
+        mse_as_given(torch.zeros(4, 1), torch.zeros(3))
+
+
+def test_training_on_the_article_labels_predicts_the_mean():
+    data = boston_data(RECIPE)
+    histories, spreads = {}, {}
+    for name, y in (("matched", data.y_train), ("article", data.y_train.reshape(-1))):
+        model = article_model(RECIPE)
+        loader = article_loader(data.X_train, y, seed=0)
+        with pytest.warns(UserWarning, match="different to the input size") if name == "article" else contextlib.nullcontext():
+            histories[name] = train_article(model, loader, epochs=30, optimizer=optimizer_for(model, RECIPE))
+        with torch.no_grad():
+            spreads[name] = model(data.X_test).std().item()
+    assert spreads["article"] < 0.5 * spreads["matched"]  # collapsed towards one value: the mean label
+    assert histories["article"].loss[-1] > histories["matched"].loss[-1]
