@@ -61,7 +61,7 @@ def test_safe_half_dtype_right(answer):
         (torch.float32, "4 bytes"),
         (torch.float64, "8 bytes"),
         (torch.int16, "integer"),
-        (None, "set `answer`"),
+        (None, "set your answer"),
         ("float17", "torch dtype"),
         (42, "torch dtype"),
     ],
@@ -102,7 +102,7 @@ def test_fp16_bytes_models_are_not_the_ones_the_notebooks_print():
         (lambda m: _fp16_bytes(m) * 8, "in bits"),
         (lambda m: sum(t.numel() for t in m.state_dict().values()) * 2, "state_dict"),
         (lambda m: 1602, "not it"),  # the article model's size, printed in notebook 07, copied
-        (lambda m: None, "set it to a number"),
+        (lambda m: None, "returned None"),
         (lambda m: "1602", "number of bytes"),
         (lambda m: 1 / 0, "ZeroDivisionError"),
         (1602, "pass your function"),

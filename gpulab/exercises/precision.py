@@ -93,9 +93,12 @@ def check_fp16_bytes(fn: Callable[[nn.Module], float]) -> Feedback:
         return wrong(f"pass your function itself, e.g. check_fp16_bytes(fp16_bytes), not {type(fn).__name__}")
     for name, model in unseen_models().items():
         try:
-            value = _number(fn(model), f"fp16_bytes({name})")
+            answer = fn(model)
         except Exception as exc:  # the learner's code may raise anything
             return wrong(f"fp16_bytes({name}) raised {type(exc).__name__}: {exc}")
+        if answer is None:
+            return wrong(f"fp16_bytes({name}) returned None; return the number of bytes")
+        value = _number(answer, f"fp16_bytes({name})")
         if isinstance(value, Feedback):
             return value
         feedback = _diagnose_bytes(value, model, f"fp16_bytes({name})")
@@ -111,7 +114,7 @@ def check_safe_half_dtype(answer: object, large: float = 70000.0, small: float =
     if not (math.isfinite(large) and math.isfinite(small) and large > 0 and small > 0):
         raise ValueError(f"large={large!r} and small={small!r} must be positive finite numbers")
     if answer is None or answer is Ellipsis:
-        return wrong("set `answer` to a torch dtype such as torch.float16")
+        return wrong("set your answer to a torch dtype such as torch.float16")
     if isinstance(answer, str):
         answer = DTYPES.get(answer.strip().lower().removeprefix("torch."), answer)
     if not isinstance(answer, torch.dtype):
