@@ -43,7 +43,7 @@ QUANTITY = {
     "spread": re.compile(rf"(?:±|\+/-)\s*{_NUM}"),
     "scientific": re.compile(r"(?<![\w.])\d+(?:\.\d+)?e[-+]?\d+(?!\w|\.\d)", re.I),
     "ratio": re.compile(
-        rf"(?<![\w.])(?:{_NUM}\s*[x×](?![\w])|[x×]{_NUM}(?!\w|\.\d)|{_NUM}(?:\s+(?:to|-|–)\s+{_NUM})?\s+times\b)"
+        rf"(?<![\w.])(?:{_NUM}\s*[x×](?![\w])|×\s*{_NUM}(?!\w|\.\d)|{_NUM}(?:\s+(?:to|-|–)\s+{_NUM})?\s+times\b)"
     ),
     "unit": re.compile(rf"(?<![\w.$]){_NUM}\s*(?:{_UNITS})(?![\w/])"),
     "decimal": re.compile(r"(?<![\w.])\d+\.\d+(?!\w|\.\d)"),
@@ -233,6 +233,7 @@ def test_no_measurement_typed_into_markdown(path):
         "Plain float16 flushes gradients below about 6e-8 to zero (measured above).",
         "- item one\n- the GPU measured 120.5 ms per epoch\n- item three",
         "| speed-up | 1.57x faster |",
+        "Four ranks ran ×1.8 faster.",
         "It reached an RMSE of about 3.1.",
         "The improved MLP is 4 % better than before, as measured.",
         "On the CPU this notebook was run on (an AMD EPYC with `avx512_bf16` instructions), bfloat16 is fast.",
@@ -260,6 +261,7 @@ def test_flags_typed_measurements(text):
         "For the Boston data (404 rows x 13 floats, about 21 KB) neither setting matters.",
         "So `x + y` can never run faster than memory: a memory moving 10 GB/s allows under 1 GFLOP/s.",
         "MEDV is in $1000s, shown below.",
+        "CPUs with x86's `avx512_bf16` run bfloat16 faster than float32 (printed above).",
     ],
 )
 def test_leaves_configuration_code_quotes_and_citations_alone(text):
