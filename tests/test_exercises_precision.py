@@ -61,7 +61,7 @@ def test_safe_half_dtype_right(answer):
         (torch.float32, "4 bytes"),
         (torch.float64, "8 bytes"),
         (torch.int16, "integer"),
-        (None, "set your answer"),
+        (None, "set `answer`"),
         ("float17", "torch dtype"),
         (42, "torch dtype"),
     ],
@@ -117,7 +117,7 @@ def test_fp16_bytes_wrong_functions(fn, hint):
 def test_safe_half_dtype_other_values():
     feedback = ex.check_safe_half_dtype(torch.float16, large=100000.0, small=3e-9)
     assert not feedback.ok and "100000.0 into inf" in feedback.message
-    assert "3e-09 into 0" in ex.check_safe_half_dtype(torch.float16, large=1000.0, small=3e-9).message
+    assert "3e-9 into 0" in ex.check_safe_half_dtype(torch.float16, large=1000.0, small=3e-9).message
     ok = ex.check_safe_half_dtype(torch.bfloat16, large=100000.0, small=3e-9)
     assert ok.ok and "100000.0" in ok.message
     with pytest.raises(ValueError, match="large"):

@@ -43,7 +43,7 @@ def unseen_models() -> dict[str, nn.Module]:
 
 def _number(answer: object, what: str) -> float | Feedback:
     if answer is None or answer is Ellipsis:
-        return wrong(f"{what}: set it to a number of bytes (compute it with code, don't guess)")
+        return wrong(f"set {what} to a number of bytes (compute it with code, don't guess)")
     if isinstance(answer, torch.Tensor) and answer.numel() == 1:
         answer = answer.item()
     if isinstance(answer, bool) or not isinstance(answer, (int, float)):
@@ -109,18 +109,23 @@ def check_fp16_bytes(fn: Callable[[nn.Module], float]) -> Feedback:
                    f"{parameter_bytes_by_dtype(Net1(12, 16, 32, 1))['float16']} bytes for Net1(12, 16, 32, 1)")
 
 
+def _short(value: float) -> str:
+    """``1e-08`` -> ``1e-8``, ``70000.0`` stays: numbers as a learner types them."""
+    return repr(value).replace("e-0", "e-").replace("e+0", "e+")
+
+
 def check_safe_half_dtype(answer: object, large: float = 70000.0, small: float = 1e-8) -> Feedback:
     """Is ``answer`` a 2-byte format that stores both ``large`` (an activation) and ``small`` (a gradient) as non-zero finite values?"""
     if not (math.isfinite(large) and math.isfinite(small) and large > 0 and small > 0):
         raise ValueError(f"large={large!r} and small={small!r} must be positive finite numbers")
     if answer is None or answer is Ellipsis:
-        return wrong("set your answer to a torch dtype such as torch.float16")
+        return wrong("set `answer` to a torch dtype such as torch.float16")
     if isinstance(answer, str):
         answer = DTYPES.get(answer.strip().lower().removeprefix("torch."), answer)
     if not isinstance(answer, torch.dtype):
         return wrong(f"`answer` should be a torch dtype like torch.float16, got {answer!r}")
     if not answer.is_floating_point:
-        return wrong(f"{answer} is an integer format: it cannot hold {small:g} at all")
+        return wrong(f"{answer} is an integer format: it cannot hold {_short(small)} at all")
     size = torch.empty((), dtype=answer).element_size()
     if size != 2:
         return wrong(f"{answer} takes {size} bytes per value; the task asks for a 2-byte format")
@@ -129,10 +134,10 @@ def check_safe_half_dtype(answer: object, large: float = 70000.0, small: float =
     except (RuntimeError, ValueError, TypeError):
         return wrong(f"{answer} is not one of the formats compared here")
     if not math.isfinite(big):
-        return wrong(f"{dtype_name(answer)} turns {large!r} into {big}: its largest value is {torch.finfo(answer).max:g}")
+        return wrong(f"{dtype_name(answer)} turns {_short(large)} into {big}: its largest value is {torch.finfo(answer).max:g}")
     if tiny == 0.0:
-        return wrong(f"{dtype_name(answer)} turns {small:g} into 0 (underflow)")
+        return wrong(f"{dtype_name(answer)} turns {_short(small)} into 0 (underflow)")
     return correct(
-        f"{dtype_name(answer)} keeps {large!r} as {big:g} and {small:g} as {tiny:.3g}: float32's range in 2 bytes, "
+        f"{dtype_name(answer)} keeps {_short(large)} as {big:g} and {_short(small)} as {tiny:.3g}: float32's range in 2 bytes, "
         "with less precision"
     )
