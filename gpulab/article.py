@@ -4,11 +4,19 @@ The article keeps the data on the host in a ``DataLoader`` and, for every batch,
 with ``.type(torch.FloatTensor)`` (a *CPU* float32 tensor) and then copies it with
 ``.to(device)``. ``fit`` instead moves the whole (small) dataset to the device once and takes
 batches by index. Same model, same optimizer, same loss: only the data path differs.
+
+The article reads no loss value inside its batch loop, so neither does ``train_article`` by
+default: the loss is summed on the device and read once per epoch (for the ``History``), when
+the epoch's timing waits for the device anyway. ``loss_item_per_batch=True`` adds the common
+``total += loss.item()`` per batch, which on a GPU makes the host wait for the device at every
+step; ``benchmarks/loop_vs_article.py`` measures what that costs.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -50,13 +58,18 @@ def train_article(
     lr: float = 0.01,
     device: str | torch.device = "cpu",
     optimizer: torch.optim.Optimizer | None = None,
+    loss_item_per_batch: bool = False,
 ) -> History:
     """Train as the article does: per batch ``.type(torch.FloatTensor).to(device)``; returns a ``History``.
 
     ``model`` must already be on ``device``. Loss is ``nn.MSELoss()``, optimizer Adam with ``lr``.
+    ``loss_item_per_batch`` reads ``loss.item()`` after every step (a device sync per batch on a
+    GPU), which the article does not do; the epoch's mean loss is the same either way.
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
         raise ValueError(f"epochs={epochs!r} must be a non-negative integer")
+    if not isinstance(loss_item_per_batch, bool):
+        raise ValueError(f"loss_item_per_batch={loss_item_per_batch!r} must be True or False")
     device = pick_device(device)
     optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr)
     criterion = nn.MSELoss()
@@ -65,7 +78,8 @@ def train_article(
     for epoch in range(epochs):
         synchronize(device)
         start = time.perf_counter()
-        total, count = 0.0, 0
+        total = torch.zeros((), dtype=torch.float64, device=device)
+        host_total, count = 0.0, 0
         for data, target in loader:
             data = data.type(torch.FloatTensor).to(device)
             target = target.type(torch.FloatTensor).to(device)
@@ -74,12 +88,53 @@ def train_article(
             loss = criterion(output, target)
             loss.backward()
             optimizer.step()
-            total += loss.item() * len(data)
+            if loss_item_per_batch:
+                host_total += loss.item() * len(data)  # the host waits here for the device
+            else:
+                total += loss.detach().double() * len(data)  # stays on the device: no wait
             count += len(data)
         synchronize(device)
         seconds = time.perf_counter() - start
+        loss_sum = host_total if loss_item_per_batch else total.item()  # once per epoch, after the clock
         history.epochs.append(epoch)
-        history.loss.append(total / count if count else float("nan"))
+        history.loss.append(loss_sum / count if count else float("nan"))
         history.seconds.append(seconds)
         history.samples_per_s.append(count / seconds if seconds > 0 else float("inf"))
     return history
+
+
+@dataclass(frozen=True)
+class LossShapes:
+    """``nn.MSELoss`` of an output against a target as given, and against the target shaped like the output."""
+
+    output_shape: tuple[int, ...]
+    target_shape: tuple[int, ...]
+    compared_shape: tuple[int, ...]
+    warning: str | None
+    loss_as_given: float
+    loss_matched: float
+
+
+def mse_as_given(output: torch.Tensor, target: torch.Tensor) -> LossShapes:
+    """The article's label bug, measured: ``MSELoss`` of ``(n, 1)`` outputs against ``(n,)`` labels.
+
+    The two shapes broadcast to ``(n, n)``: every output is compared with EVERY label, PyTorch warns
+    (the warning is caught and returned), and the loss is the mean over all n² pairs. A model trained
+    on that loss learns to predict the mean label. ``loss_matched`` reshapes the target to the
+    output's shape first, as intended.
+    """
+    if output.numel() != target.numel():
+        raise ValueError(f"output {tuple(output.shape)} and target {tuple(target.shape)} must hold as many values")
+    criterion = nn.MSELoss()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        as_given = criterion(output, target).item()
+    said = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    return LossShapes(
+        output_shape=tuple(output.shape),
+        target_shape=tuple(target.shape),
+        compared_shape=tuple(torch.broadcast_shapes(output.shape, target.shape)),
+        warning=said[0] if said else None,
+        loss_as_given=as_given,
+        loss_matched=criterion(output, target.reshape(output.shape)).item(),
+    )

@@ -9,6 +9,9 @@ on identical rows. Models:
 - ``improved MLP``: what the article's recipe lacks, see ``fit_improved``;
 - scikit-learn's ``LinearRegression``, ``RandomForestRegressor`` and ``GradientBoostingRegressor``
   (seeded), on the same standardised numbers, always on the CPU.
+
+Each ``Score`` keeps its per-split RMSEs and seeds, so ``gpulab.paired`` can compare two models
+split by split instead of mean against mean.
 """
 
 from __future__ import annotations
@@ -122,7 +125,11 @@ def fit_improved(
 
 @dataclass(frozen=True)
 class Score:
-    """One model over the repeats: mean ± std test RMSE, mean R², mean training seconds, device."""
+    """One model over the repeats: mean ± std test RMSE, mean R², mean training seconds, device.
+
+    ``rmse`` holds one test RMSE per split seed in ``seeds``; ``test_train_ratio`` is test rows /
+    training rows (for ``gpulab.paired.compare``, which pairs scores split by split).
+    """
 
     model: str
     features: str
@@ -132,11 +139,13 @@ class Score:
     seconds_mean: float
     device: str
     rmse: tuple[float, ...]
+    seeds: tuple[int, ...] = ()
+    test_train_ratio: float | None = None
 
     def to_dict(self) -> dict:
         """A JSON-friendly dict."""
         d = asdict(self)
-        d["rmse"] = list(self.rmse)
+        d["rmse"], d["seeds"] = list(self.rmse), list(self.seeds)
         return d
 
 
@@ -203,6 +212,7 @@ def repeated_evaluation(
     with using_threads(threads):  # tiny models train fastest on one thread
         for seed in range(repeats):
             part = split(data, seed=seed, device=device)
+            test_train_ratio = len(part.X_test) / len(part.X_train)
             for name in models:
                 pred, seconds, where = fit_and_predict(name, part, seed, device, improved, article_epochs)
                 metrics = regression_metrics(pred, part.y_test)
@@ -219,6 +229,8 @@ def repeated_evaluation(
             seconds_mean=statistics.fmean(r[2] for r in rs),
             device=rs[0][3],
             rmse=tuple(r[0] for r in rs),
+            seeds=tuple(range(repeats)),
+            test_train_ratio=test_train_ratio,
         )
         for name, rs in runs.items()
     ]

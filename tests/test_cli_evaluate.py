@@ -64,5 +64,15 @@ def test_default_runs_with_and_without_b(tmp_path, capsys):
     assert main(["evaluate", *FAST, "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "with B" in text and "without B" in text
-    features = [m["features"] for m in json.loads(out.read_text())["models"]]
+    report = json.loads(out.read_text())
+    features = [m["features"] for m in report["models"]]
     assert features == ["with B"] * 5 + ["without B"] * 5
+    assert "Paired on the same splits" in text and "article MLP without B - article MLP with B" in text
+    paired = report["paired"]
+    assert list(paired) == ["models, with B", "models, without B", "without B vs with B"]
+    assert [len(v) for v in paired.values()] == [4, 4, 5]
+    gb = [m for m in report["models"] if m["model"] == "GradientBoosting" and m["features"] == "with B"][0]
+    linear = [m for m in report["models"] if m["model"] == "LinearRegression" and m["features"] == "with B"][0]
+    row = [r for r in paired["models, with B"] if r["a"] == "LinearRegression"][0]
+    assert row["b"] == "GradientBoosting" and row["differences"] == pytest.approx([linear["rmse"][0] - gb["rmse"][0]])
+    assert row["low"] is None  # one split: no interval

@@ -70,3 +70,55 @@ def test_safe_half_dtype_wrong(answer, hint):
     feedback = ex.check_safe_half_dtype(answer)
     assert not feedback.ok
     assert hint in feedback.message
+
+
+def _fp16_bytes(model):
+    return sum(p.numel() for p in model.parameters()) * torch.empty((), dtype=torch.float16).element_size()
+
+
+def test_fp16_bytes_right_functions():
+    feedback = ex.check_fp16_bytes(_fp16_bytes)
+    assert feedback.ok and str(feedback).startswith("Correct:"), feedback
+    from gpulab.precision import parameter_bytes_by_dtype
+
+    assert ex.check_fp16_bytes(lambda m: parameter_bytes_by_dtype(m)["float16"]).ok
+
+
+def test_fp16_bytes_models_are_not_the_ones_the_notebooks_print():
+    counts = {sum(p.numel() for p in m.parameters()) for m in ex.unseen_models().values()}
+    assert sum(p.numel() for p in Net1(13, 16, 32, 1).parameters()) not in counts
+    # the shared weight and the BatchNorm buffers make state_dict() differ from parameters()
+    tied, bn = list(ex.unseen_models().values())[-2:]
+    for m in (tied, bn):
+        assert sum(t.numel() for t in m.state_dict(keep_vars=True).values()) != sum(p.numel() for p in m.parameters())
+
+
+@pytest.mark.parametrize(
+    "fn, hint",
+    [
+        (lambda m: _fp16_bytes(m) * 2, "float32"),
+        (lambda m: _fp16_bytes(m) // 2, "number of parameters"),
+        (lambda m: _fp16_bytes(m) * 4, "float64"),
+        (lambda m: _fp16_bytes(m) * 8, "in bits"),
+        (lambda m: sum(t.numel() for t in m.state_dict().values()) * 2, "state_dict"),
+        (lambda m: 1602, "not it"),  # the article model's size, printed in notebook 07, copied
+        (lambda m: None, "returned None"),
+        (lambda m: "1602", "number of bytes"),
+        (lambda m: 1 / 0, "ZeroDivisionError"),
+        (1602, "pass your function"),
+    ],
+)
+def test_fp16_bytes_wrong_functions(fn, hint):
+    feedback = ex.check_fp16_bytes(fn)
+    assert not feedback.ok and str(feedback).startswith("Not yet:")
+    assert hint in feedback.message, feedback.message
+
+
+def test_safe_half_dtype_other_values():
+    feedback = ex.check_safe_half_dtype(torch.float16, large=100000.0, small=3e-9)
+    assert not feedback.ok and "100000.0 into inf" in feedback.message
+    assert "3e-9 into 0" in ex.check_safe_half_dtype(torch.float16, large=1000.0, small=3e-9).message
+    ok = ex.check_safe_half_dtype(torch.bfloat16, large=100000.0, small=3e-9)
+    assert ok.ok and "100000.0" in ok.message
+    with pytest.raises(ValueError, match="large"):
+        ex.check_safe_half_dtype(torch.bfloat16, large=float("inf"))

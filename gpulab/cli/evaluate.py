@@ -1,7 +1,9 @@
 """`gpulab evaluate`: every model on the same K seeded Boston splits, with and without B, mean ± std.
 
 The article's MLP, the improved MLP and three scikit-learn baselines (see ``gpulab.evaluation``).
-The table goes to stdout; one progress line per split goes to stderr (``--quiet`` silences it).
+Then the paired comparisons on those same splits (``gpulab.paired``): each model against
+GradientBoosting, and each model without B against itself with B.
+The tables go to stdout; one progress line per split goes to stderr (``--quiet`` silences it).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "evaluate",
         help="compare the article's MLP, an improved MLP and scikit-learn baselines over repeated splits",
         description="Repeated evaluation on the Boston data: every model on the same K seeded 80/20 splits "
-        "(seeds 0..K-1); prints mean ± std test RMSE, mean R², training time and device per model.",
+        "(seeds 0..K-1); prints mean ± std test RMSE, mean R², training time and device per model, then "
+        "paired per-split differences (each model vs GradientBoosting, without B vs with B).",
     )
     p.add_argument("--repeats", type=positive_int, default=5, help="number of seeded splits K (default 5)")
     which = p.add_mutually_exclusive_group()
@@ -47,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from gpulab.atomic import write_json
     from gpulab.devices import pick_device
     from gpulab.evaluation import ImprovedConfig, format_table, ratio, repeated_evaluation
+    from gpulab.paired import compare_features, compare_models, format_paired
 
     device = pick_device(args.device)
     config = ImprovedConfig()
@@ -62,18 +66,25 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.flush()
 
     start = time.perf_counter()
-    scores, ratios = [], {}
+    scores, ratios, parts, pairs = [], {}, {}, {}
     for drop_b in variants:
         part = repeated_evaluation(args.repeats, drop_b=drop_b, device=device, improved=config, on_result=report)
         scores += part
+        parts[part[0].features] = part
         ratios[part[0].features] = ratio(part)
+        pairs[f"models, {part[0].features}"] = compare_models(part)
+    if len(parts) == 2:
+        pairs["without B vs with B"] = compare_features(parts["with B"], parts["without B"])
     seconds = time.perf_counter() - start
     print(f"{args.repeats} split(s) (seeds 0..{args.repeats - 1}), 80/20, standardised on the training part; "
           f"MLPs on {device}")
     print(format_table(scores))
     for features, value in ratios.items():
         print(f"improved MLP / GradientBoosting mean test RMSE ({features}): {value:.3f}")
-    print(f"total {seconds:.1f} s")
+    print("\nPaired on the same splits: A - B per split (negative: A has the lower test RMSE)")
+    for title, results in pairs.items():
+        print(f"\n{title}:\n{format_paired(results)}")
+    print(f"\ntotal {seconds:.1f} s")
     if args.json:
         write_json(args.json, {
             "repeats": args.repeats,
@@ -82,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
             "improved_config": asdict(config),
             "models": [s.to_dict() for s in scores],
             "ratio_improved_to_gradient_boosting": ratios,
+            "paired": {title: [r.to_dict() for r in results] for title, results in pairs.items()},
             "seconds": seconds,
         })
     return 0

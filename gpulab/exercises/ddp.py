@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from typing import Sequence
 
 from gpulab.exercises import Feedback, correct, wrong
 
@@ -19,28 +20,53 @@ def _option(words: list[str], *names: str) -> str | None:
     return None
 
 
-def check_torchrun_command(command: object, nproc: int = 4) -> Feedback:
+def _environment(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Leading ``NAME=value`` words (optionally after ``env``) and the rest of the command."""
+    env, i = {}, 1 if words and words[0] == "env" else 0
+    while i < len(words) and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[i]):
+        name, value = words[i].split("=", 1)
+        env[name] = value
+        i += 1
+    return env, words[i:]
+
+
+def check_torchrun_command(
+    command: object, nproc: int = 4, worker_args: Sequence[str] = (), visible_gpus: str | None = None
+) -> Feedback:
     """Is ``command`` a modern one-machine launch of ``gpulab.ddp_worker`` with ``nproc`` ranks?
 
     Accepted: ``torchrun`` or ``python -m torch.distributed.run``, ``--nproc-per-node`` (or
     ``--nproc_per_node``) equal to ``nproc``, ``--standalone``, then ``-m gpulab.ddp_worker``.
+    ``worker_args`` (e.g. ``["--epochs", "30"]``) must follow the worker's name, with the same
+    values. ``visible_gpus`` (e.g. ``"4,5,6,7"``) asks for ``CUDA_VISIBLE_DEVICES=...`` before the command.
     """
+    if len(worker_args) % 2:
+        raise ValueError(f"worker_args={list(worker_args)!r} must be name/value pairs, e.g. ['--epochs', '30']")
     if not isinstance(command, str) or not command.strip():
         return wrong("write the command as one string, e.g. 'torchrun ...'")
     try:
-        words = shlex.split(command)
+        env, words = _environment(shlex.split(command))
     except ValueError as exc:
         return wrong(f"the command does not parse as a shell line ({exc})")
+    if not words:
+        return wrong("after the environment variables comes the command: torchrun ...")
     text = " ".join(words)
     if "torch.distributed.launch" in text:
         return wrong("torch.distributed.launch is the deprecated launcher; use torchrun")
     if words[0] != "torchrun" and not re.match(r"^(python3?|\S*/python3?) -m torch\.distributed\.run\b", text):
         return wrong("start with torchrun (or python -m torch.distributed.run)")
+    if visible_gpus is not None:
+        shown = env.get("CUDA_VISIBLE_DEVICES")
+        if shown is None:
+            return wrong(f"only GPUs {visible_gpus} may be used: start the line with CUDA_VISIBLE_DEVICES={visible_gpus}")
+        if shown.replace(" ", "") != visible_gpus:
+            return wrong(f"CUDA_VISIBLE_DEVICES is {shown!r}, the task asks for {visible_gpus!r}")
     ranks = _option(words, "--nproc-per-node", "--nproc_per_node")
     if ranks is None:
         return wrong("say how many ranks to start with --nproc-per-node")
     if ranks != str(nproc):
-        return wrong(f"--nproc-per-node is {ranks}, the task asks for {nproc} ranks")
+        hint = " (one rank per visible GPU)" if visible_gpus is not None else ""
+        return wrong(f"--nproc-per-node is {ranks}, the task asks for {nproc} ranks{hint}")
     if "--standalone" not in words:
         return wrong("on one machine add --standalone: torchrun then picks a free port on its own")
     worker = [i for i in range(1, len(words) - 1) if words[i] == "-m" and words[i + 1] == "gpulab.ddp_worker"]
@@ -50,4 +76,16 @@ def check_torchrun_command(command: object, nproc: int = 4) -> Feedback:
     for flag in ("--nproc-per-node", "--nproc_per_node", "--standalone"):
         if any(w == flag or w.startswith(flag + "=") for w in words[module_at:]):
             return wrong(f"{flag} comes after the worker's name, so the worker gets it, not torchrun: move it before -m")
-    return correct(f"torchrun starts {nproc} copies of gpulab.ddp_worker, each with its own RANK and LOCAL_RANK")
+    wanted = list(worker_args)
+    for name, value in zip(wanted[::2], wanted[1::2]):
+        given = _option(words[module_at + 2:], name)
+        if given is None:
+            if _option(words[:module_at], name) is not None:
+                return wrong(f"{name} is the worker's option: put it after -m gpulab.ddp_worker, or torchrun takes it")
+            return wrong(f"pass {name} {value} to the worker, after -m gpulab.ddp_worker")
+        if given != value:
+            return wrong(f"{name} is {given}, the task asks for {value}")
+    where = (f" on GPUs {visible_gpus} (which each rank sees renumbered as cuda:0..cuda:{nproc - 1})"
+             if visible_gpus is not None else "")
+    extra = f" with {' '.join(wanted)}" if wanted else ""
+    return correct(f"torchrun starts {nproc} copies of gpulab.ddp_worker{where}{extra}, each with its own RANK and LOCAL_RANK")
