@@ -14,7 +14,9 @@
 #   PYTHON=EXE       interpreter (default: .venv/bin/python if present, else python3)
 #   WHEELS=DIR       local wheels for the notebook step (nbclient, nbformat, ipykernel, ipywidgets and their
 #                    dependencies, for this Python): installed with pip --no-index --target into a temporary
-#                    folder put on PYTHONPATH, so nothing touches the system Python (no PEP 668 refusal)
+#                    folder put on PYTHONPATH, so nothing touches the system Python (no PEP 668 refusal);
+#                    dependencies the system already has may be left out of DIR
+#   WHEEL_PACKAGES="A B"  what to install from WHEELS (default: nbclient nbformat ipykernel ipywidgets)
 #   BUDGET=S         start no step after S seconds, and cut the last ones to fit (default 420: under 8 min)
 #   MEASURE_TIMEOUT=S  the measurement's own limit (default 200); it runs first, so the budget cannot starve it
 #   DRY_RUN=1        small sizes even on a GPU (automatic without CUDA)
@@ -86,6 +88,22 @@ step() {
     run "$name" "$limit" "$@"
 }
 
+# install_wheels PY WHEELS SITE PKG...: the packages with their dependencies from WHEELS into SITE; if some
+# dependency is not among the wheels (the system may have it), every wheel that fits this Python, alone.
+install_wheels() {
+    local py="$1" wheels="$2" site="$3" whl ok=0
+    shift 3
+    local pip=("$py" -m pip install --no-index --find-links "$wheels" --target "$site" --upgrade --quiet)
+    echo "installing $* from $wheels into a temporary folder"
+    "${pip[@]}" "$@" && return 0
+    echo "not every dependency is among the wheels: installing each wheel without its dependencies"
+    for whl in "$wheels"/*.whl; do
+        "${pip[@]}" --no-deps "$whl" && ok=$((ok + 1)) || echo "skipped $(basename "$whl")"
+    done
+    echo "$ok wheel(s) installed"
+    ((ok > 0))
+}
+
 missing() { local m out=(); for m in "$@"; do "$PY" -c "import $m" >/dev/null 2>&1 || out+=("$m"); done; echo "${out[*]}"; }
 
 note "gpu_check at $(date -u +%Y-%m-%dT%H:%M:%SZ), python $("$PY" -c 'import sys; print(sys.version.split()[0])')"
@@ -131,8 +149,8 @@ else
             note "NOTE  install-wheels: this Python has no pip, so the wheels cannot be installed"
         else
             SITE="$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_site.XXXXXX")"
-            PIP=("$PY" -m pip install --no-index --find-links "$WHEELS" --target "$SITE" --quiet)
-            step install-wheels 120 "${PIP[@]}" nbclient nbformat ipykernel ipywidgets
+            step install-wheels 150 bash -c "$(declare -f install_wheels); install_wheels \"\$@\"" _ "$PY" "$WHEELS" "$SITE" \
+                ${WHEEL_PACKAGES:-nbclient nbformat ipykernel ipywidgets}
             export PYTHONPATH="$SITE:$PYTHONPATH"
         fi
     fi

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -54,7 +55,8 @@ def run_child(notebook: Path, outdir: Path, timeout: int, cell_timeout: int) -> 
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         status = "pass" if done.returncode == 0 else "fail"
-        error = "" if done.returncode == 0 else ((done.stderr.strip().splitlines() or ["?"])[-1])[:300]
+        last = (re.sub(r"\x1b\[[0-9;]*m", "", done.stderr).strip().splitlines() or ["?"])[-1]  # no colour codes
+        error = "" if done.returncode == 0 else last[:300]
     except subprocess.TimeoutExpired:
         status, error = "fail", f"timed out after {timeout} s"
     entry = {"notebook": notebook.name, "status": status, "seconds": round(time.monotonic() - start, 1),

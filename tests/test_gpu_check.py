@@ -5,12 +5,15 @@ Every step of the measurement keeps its own result, so one failure or a timeout 
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -111,24 +114,47 @@ def _notebook(path: Path, source: str) -> Path:
     return path
 
 
+def _wheel(folder: Path, name: str = "gpulabfakedep") -> Path:
+    """A tiny pure-Python wheel whose dependency (packaging) is NOT among the wheels, as on a machine that has it."""
+    info = f"{name}-1.0.dist-info"
+    files = {f"{name}/__init__.py": "VALUE = 42\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\nRequires-Dist: packaging\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    files[f"{info}/RECORD"] = "\n".join(record + [f"{info}/RECORD,,"]) + "\n"
+    folder.mkdir()
+    path = folder / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for name_in_zip, text in files.items():
+            z.writestr(name_in_zip, text)
+    return path
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32" or not shutil.which("timeout"), reason="needs bash and coreutils timeout")
 def test_gpu_check_dry_run_writes_the_layout(tmp_path):
     pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
-    good = _notebook(tmp_path / "good.ipynb", "import gpulab\nprint('ran', gpulab.__version__)")
+    _wheel(tmp_path / "wheels")
+    good = _notebook(tmp_path / "good.ipynb", "import gpulab, gpulabfakedep\nprint('ran', gpulab.__version__, gpulabfakedep.VALUE)")
     bad = _notebook(tmp_path / "bad.ipynb", "raise SystemError('broken on purpose')")
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "NOTEBOOKS": f"{good} {bad}", "BUDGET": "200",
-           "MEASURE_STEPS": "environment,matmul-float32,copy-h2d,copy-device"}
+           "MEASURE_STEPS": "environment,matmul-float32,copy-h2d,copy-device",
+           "WHEELS": str(tmp_path / "wheels"), "WHEEL_PACKAGES": "gpulabfakedep"}
     done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(out)], capture_output=True, text=True,
                           timeout=300, env=env, cwd=tmp_path)
     summary = (out / "summary.txt").read_text()
     assert done.returncode == 1, done.stdout + done.stderr  # the broken notebook fails the check...
     lines = [line.split()[:2] for line in summary.splitlines() if line[:4] in ("PASS", "FAIL", "SKIP")]
-    assert lines == [["PASS", "measure"], ["PASS", "doctor"], ["PASS", "gpu-tests"], ["FAIL", "notebooks"]], summary
+    assert lines == [["PASS", "measure"], ["PASS", "doctor"], ["PASS", "gpu-tests"], ["PASS", "install-wheels"],
+                     ["FAIL", "notebooks"]], summary
     assert "RESULT: FAILED" in summary
-    for name in ("measure.log", "doctor.log", "doctor.json", "gpu-tests.log", "gpu-tests.xml", "notebooks.log"):
+    for name in ("measure.log", "doctor.log", "doctor.json", "gpu-tests.log", "gpu-tests.xml", "notebooks.log",
+                 "install-wheels.log"):
         assert (out / name).is_file(), name
     slug = "cpu" if "no CUDA device" in summary else _file(out)["slug"]
     names = sorted(p.name for p in (out / "reference").iterdir())
@@ -141,5 +167,7 @@ def test_gpu_check_dry_run_writes_the_layout(tmp_path):
     assert times["good.ipynb"]["status"] == "pass" and times["bad.ipynb"]["status"] == "fail"  # ...and says which
     assert "broken on purpose" in times["bad.ipynb"]["error"]
     executed = json.loads((out / "notebooks" / "good.ipynb").read_text())
-    assert "ran" in "".join(executed["cells"][0]["outputs"][0]["text"])
+    assert "".join(executed["cells"][0]["outputs"][0]["text"]).endswith(" 42\n")  # the wheel reached the kernel
+    assert "without its dependencies" in (out / "install-wheels.log").read_text()
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("gpu_check_site.*/gpulabfakedep"))  # cleaned up
     assert (out / "notebooks" / "bad.ipynb").is_file()  # the failing copy is kept, with its error
