@@ -43,7 +43,6 @@ else
 fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"   # gpulab imports from the checkout, no install needed
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1  # never reach for the network
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"         # torchrun would set it anyway, and say so on stderr
 unset MPLBACKEND                                       # it would remove figures from notebook outputs
 BUDGET="${BUDGET:-420}"
 MEASURE_TIMEOUT="${MEASURE_TIMEOUT:-200}"

@@ -120,6 +120,10 @@ class Recorder:
                      "steps": {}}
         if isinstance(old, dict) and old.get("format") == reference.MEASURE_FORMAT and old.get("dry_run") == dry_run:
             self.data.update(created=old.get("created"), steps=old.get("steps", {}))
+        try:  # recorded with every run, whatever steps it makes
+            self.data["environment"] = environment()
+        except Exception as exc:  # never worth losing the measurements for
+            self.data["environment"] = {**bench.environment(), "error": f"{type(exc).__name__}: {exc}"}
 
     def write(self) -> None:
         self.data["updated"] = now()
@@ -266,11 +270,18 @@ def ddp_step(rec: Recorder) -> dict:
     from gpulab.experiment import Recipe
 
     recipe, rows = Recipe(epochs=rec.cfg["epochs"] + 5), []
-    for backend in ("nccl", "gloo"):
-        if backend == "nccl" and rec.device.type != "cuda":
-            rows.append({"ranks": 1, "backend": "nccl", "note": "skipped: nccl needs a CUDA device"})
-            continue
-        rows.append({**measure(1, recipe, warmup=5, backend=backend, timeout=120), "note": ""})
+    before = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = before or str(min(8, os.cpu_count() or 1))  # torchrun would set 1, on stderr
+    try:
+        for backend in ("nccl", "gloo"):
+            if backend == "nccl" and rec.device.type != "cuda":
+                rows.append({"ranks": 1, "backend": "nccl", "note": "skipped: nccl needs a CUDA device"})
+                continue
+            rows.append({**measure(1, recipe, warmup=5, backend=backend, timeout=120),
+                         "threads": os.environ["OMP_NUM_THREADS"], "note": ""})
+    finally:
+        if before is None:
+            del os.environ["OMP_NUM_THREADS"]
     return {"rows": rows, "note": "one rank through torchrun (gpulab.launch.train_ddp); gloo trains on the CPU"}
 
 
@@ -308,7 +319,6 @@ def environment_after_step(rec: Recorder) -> dict:
 
 
 def environment_step(rec: Recorder) -> dict:
-    rec.data["environment"] = environment()
     return {"rows": [{"item": k, "value": v} for k, v in rec.data["environment"].items()]}
 
 
@@ -345,7 +355,6 @@ def main(argv: list[str] | None = None) -> int:
     bad = [s for s in args.only or [] if s not in STEPS]
     if bad:
         parser.error(f"unknown step(s) {', '.join(bad)}: use {', '.join(STEPS)}")
-    os.environ.setdefault("OMP_NUM_THREADS", str(min(8, os.cpu_count() or 1)))  # torchrun's ranks, quietly
     rec = Recorder(args.outdir, args.dry_run or not torch.cuda.is_available(), args.budget)
     print(f"measuring on {rec.description} ({rec.device}){' [dry run]' if rec.data['dry_run'] else ''}, "
           f"torch {torch.__version__}; writing reference/{rec.path.name}", flush=True)
