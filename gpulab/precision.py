@@ -91,30 +91,6 @@ def parameter_bytes_by_dtype(model: nn.Module, dtypes: tuple[str, ...] = tuple(D
     return out
 
 
-def activation_bytes(model: nn.Module, x: torch.Tensor, dtype: str | torch.dtype | None = None) -> int:
-    """Bytes of every module output produced by one forward pass of ``x`` (what backward keeps).
-
-    With ``dtype`` the forward pass runs under ``torch.autocast`` with that format, on ``x``'s device.
-    """
-    sizes: list[int] = []
-
-    def hook(_module, _inputs, output):
-        if isinstance(output, torch.Tensor):
-            sizes.append(output.numel() * output.element_size())
-
-    leaves = [m for m in model.modules() if not list(m.children())] or [model]
-    handles = [m.register_forward_hook(hook) for m in leaves]
-    try:
-        enabled = dtype is not None
-        cast = dtype_from_name(dtype) if enabled else torch.bfloat16
-        with torch.no_grad(), torch.autocast(x.device.type, dtype=cast, enabled=enabled):
-            model(x)
-    finally:
-        for h in handles:
-            h.remove()
-    return sum(sizes)
-
-
 def round_trip(values: list[float], dtype: str | torch.dtype) -> list[float]:
     """Each value stored in ``dtype`` and read back as a Python float (``inf`` on overflow, ``0.0`` on underflow)."""
     return torch.tensor(values, dtype=torch.float64).to(dtype_from_name(dtype)).double().tolist()
@@ -179,30 +155,83 @@ def bf16_supported(device: str | torch.device = "auto", native: bool = True) -> 
     return autocast_output_dtype(device, torch.bfloat16) == torch.bfloat16
 
 
+#: How an ``n x n`` float32 matmul can run, from strict to fast. ``autocast X`` casts both float32
+#: inputs to X inside every call (two casts + the matmul, as in a training step); a plain ``X``
+#: casts them once beforehand, so only the matmul is timed.
+MATMUL_MODES = ("float32", "tf32", "autocast bfloat16", "autocast float16", "bfloat16", "float16")
+
+
+def _matmul_setup(device: torch.device, mode: str, n: int) -> tuple[str, dict, str | None]:
+    """The statement, its globals and the float32 matmul precision for one mode."""
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+    if mode in ("float32", "tf32"):
+        return "a @ b", {"a": a, "b": b}, "highest" if mode == "float32" else "high"
+    if mode.startswith("autocast "):
+        cast = dtype_from_name(mode.split()[1])
+        stmt = "with torch.autocast(kind, dtype=cast):\n    a @ b"
+        return stmt, {"a": a, "b": b, "torch": torch, "kind": device.type, "cast": cast}, None
+    cast = dtype_from_name(mode)
+    return "a @ b", {"a": a.to(cast), "b": b.to(cast)}, None
+
+
+def matmul_mode_seconds(device: str | torch.device = "cpu", mode: str = "float32", n: int = 512,
+                        min_run_time: float = 0.2) -> float:
+    """Median seconds of one ``n x n`` matmul in one of :data:`MATMUL_MODES`.
+
+    ``"float32"`` is strict FP32 (``set_float32_matmul_precision("highest")``); ``"tf32"`` allows
+    TF32 tensor cores (``"high"``; CUDA since Ampere, elsewhere usually the same as float32).
+    Timed by :func:`gpulab.bench.time_call`; a mode the device cannot run raises a one-line ValueError.
+    """
+    from gpulab.bench import float32_matmul_precision, time_call
+
+    if mode not in MATMUL_MODES:
+        raise ValueError(f"unknown mode {mode!r}: use one of {', '.join(MATMUL_MODES)}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n={n!r} must be a positive integer")
+    if not min_run_time > 0:
+        raise ValueError(f"min_run_time={min_run_time!r} must be a positive number of seconds")
+    device = pick_device(device)
+    try:
+        stmt, env, matmul_precision = _matmul_setup(device, mode, n)
+        with float32_matmul_precision(matmul_precision):
+            return time_call(stmt, env, device, min_run_time=min_run_time)[0]
+    except (RuntimeError, TypeError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"matmul mode {mode!r} failed on {device} ({first})") from None
+
+
+def matmul_modes(device: str | torch.device = "cpu", n: int = 512, modes: tuple[str, ...] = MATMUL_MODES,
+                 min_run_time: float = 0.2) -> list[dict]:
+    """One row per mode: ``{"mode", "n", "ms", "x_float32"}`` (speed relative to strict float32, measured first).
+
+    A mode the device cannot run gets ``ms`` None and its reason in ``"note"``.
+    """
+    bad = [m for m in modes if m not in MATMUL_MODES]
+    if bad:
+        raise ValueError(f"unknown mode(s) {', '.join(map(repr, bad))}: use one of {', '.join(MATMUL_MODES)}")
+    base = matmul_mode_seconds(device, "float32", n, min_run_time)
+    rows = []
+    for mode in modes:
+        try:
+            seconds = base if mode == "float32" else matmul_mode_seconds(device, mode, n, min_run_time)
+        except ValueError as exc:
+            rows.append({"mode": mode, "n": n, "ms": None, "x_float32": None, "note": str(exc)})
+            continue
+        rows.append({"mode": mode, "n": n, "ms": seconds * 1e3, "x_float32": base / seconds, "note": ""})
+    return rows
+
+
 def autocast_matmul_seconds(
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype | None = None,
     n: int = 512,
     min_run_time: float = 0.2,
 ) -> float:
-    """Median seconds of one ``n x n`` float32 matmul under ``torch.autocast(dtype)`` (``None``: no autocast).
+    """Median seconds of one ``n x n`` float32 matmul under ``torch.autocast(dtype)`` (``None``: strict float32).
 
-    Timed by ``gpulab.bench.time_call`` (warm-up, a clock that synchronizes the device).
+    The autocast time includes casting both inputs on every call; :func:`matmul_modes` separates
+    that from the matmul itself and adds a TF32 baseline.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n={n!r} must be a positive integer")
-    if not min_run_time > 0:
-        raise ValueError(f"min_run_time={min_run_time!r} must be a positive number of seconds")
-    from gpulab.bench import time_call
-
-    device = pick_device(device)
-    enabled = dtype is not None
-    cast = dtype_from_name(dtype) if enabled else torch.bfloat16
-    a = torch.randn(n, n, device=device)
-    b = torch.randn(n, n, device=device)
-
-    def step():
-        with torch.autocast(device.type, dtype=cast, enabled=enabled):
-            return a @ b
-
-    return time_call("step()", {"step": step}, device, min_run_time=min_run_time)[0]
+    mode = "float32" if dtype is None else f"autocast {dtype_name(dtype_from_name(dtype))}"
+    return matmul_mode_seconds(device, mode, n, min_run_time)

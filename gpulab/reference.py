@@ -1,38 +1,61 @@
 """Reference results recorded on real GPUs, and a plot of "this machine" next to them.
 
-A reference file is exactly what ``gpulab bench matmul|copy ... --json FILE`` wrote on some machine
-(device name, torch version, build, date and every measurement), committed under
-``gpulab/reference/``. None may be recorded yet: then every helper here says so plainly.
+``scripts/gpu_measure.py`` (run first by ``scripts/gpu_check.sh``) writes, for one device with
+slug ``SLUG`` (e.g. ``nvidia-h200``), files committed unchanged under ``gpulab/reference/``:
 
-The API, used by notebooks 01, 03 and 07::
+- ``SLUG-matmul-float32.json``, ``SLUG-copy-h2d.json``, ...: bench files, exactly as
+  :func:`gpulab.bench.save_results` (and ``gpulab bench ... --json``) writes them;
+- ``SLUG-measure.json``: the environment and every other figure (the Boston loop, DataParallel,
+  DDP, autocast steps, memory), as tables of rows, format :data:`MEASURE_FORMAT`.
+
+Any other JSON in the folder (``doctor.json``...) is skipped. None may be recorded yet: then every
+helper here says so plainly. The API, used by the notebooks::
 
     from gpulab import reference
-    reference.load_references()                      # -> list[Reference], one per JSON file
+    reference.load_references()                      # -> list[Reference], one per bench file
     reference.reference_results("matmul", "float32") # -> list[BenchResult] from every file
-    print(reference.summary())                       # one line per file, or "none recorded yet"
+    print(reference.summary())                       # one line per file, or "no GPU reference recorded yet"
     reference.plot_against_references(mine, "matmul", dtype="float32")   # -> matplotlib Axes
-    reference.plot_against_references(mine, "copy", kind="h2d")
+    print(reference.recorded("boston_loop"))         # a recorded table, or "no GPU reference recorded yet"
 
 ``mine`` is a list of :class:`gpulab.bench.BenchResult` measured in the notebook.
 """
 
 from __future__ import annotations
 
-import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from gpulab.bench import PROBES, BenchResult, check_dtype, results_from_json
+from gpulab.bench import PROBES, BenchResult, check_dtype
+from gpulab.bench_results import is_bench_file, read_json, results_from_json
+from gpulab.tables import format_rows
 
 REFERENCE_DIR = Path(__file__).with_name("reference")
-NONE_RECORDED = ("No reference results recorded yet: gpulab/reference/ holds no JSON file. "
-                 "Run `gpulab bench matmul --json FILE` on a GPU and commit FILE there to add one.")
+MEASURE_FORMAT = "gpulab-measure/1"
+NONE_RECORDED = ("No GPU reference recorded yet: gpulab/reference/ holds no bench file. "
+                 "Run `bash scripts/gpu_check.sh OUTDIR` on a GPU and commit OUTDIR/reference/* there to add one.")
+
+
+def device_slug(description: str) -> str:
+    """A file-name-safe name for a device: ``'NVIDIA H200'`` -> ``'nvidia-h200'``."""
+    return re.sub(r"[^a-z0-9]+", "-", str(description).lower()).strip("-") or "device"
+
+
+def bench_file_name(slug: str, what: str) -> str:
+    """The name of one bench file: ``bench_file_name('nvidia-h200', 'matmul-float32')`` -> ``'nvidia-h200-matmul-float32.json'``."""
+    return f"{slug}-{what}.json"
+
+
+def measure_file_name(slug: str) -> str:
+    """The name of the measurement file: ``'nvidia-h200-measure.json'``."""
+    return f"{slug}-measure.json"
 
 
 @dataclass(frozen=True)
 class Reference:
-    """One recorded file: its name, the versions it was made with, and its results."""
+    """One recorded bench file: its name, the versions it was made with, and its results."""
 
     name: str
     environment: dict
@@ -48,23 +71,76 @@ class Reference:
         return seen
 
 
-def load_references(directory: str | Path | None = None) -> list[Reference]:
-    """Every ``*.json`` under ``directory`` (default: the package's reference folder), sorted by name.
-
-    A file that is not a gpulab bench file raises a ValueError naming it.
-    """
+def _json_files(directory: str | Path | None) -> list[tuple[Path, object]]:
     folder = Path(directory) if directory is not None else REFERENCE_DIR
     if not folder.is_dir():
         return []
     found = []
     for path in sorted(folder.glob("*.json")):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"reference file {path.name} is not valid JSON ({exc.msg})") from None
-        results = results_from_json(data, f"reference file {path.name}")
-        found.append(Reference(path.name, dict(data.get("environment", {})), tuple(results)))
+            found.append((path, read_json(path)))
+        except ValueError as exc:
+            raise ValueError(f"reference file {exc}") from None
     return found
+
+
+def load_references(directory: str | Path | None = None) -> list[Reference]:
+    """Every bench file among ``directory``'s ``*.json`` (default: the package's reference folder), by name.
+
+    JSON files of another kind (a measurement file, ``doctor.json``) are skipped; a file that is not
+    valid JSON, or claims to be a bench file but is broken, raises a ValueError naming it.
+    """
+    found = []
+    for path, data in _json_files(directory):
+        if is_bench_file(data):
+            results = results_from_json(data, f"reference file {path.name}")
+            found.append(Reference(path.name, dict(data.get("environment", {})), tuple(results)))
+    return found
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measurement file written by ``scripts/gpu_measure.py``."""
+
+    name: str
+    data: dict
+
+    @property
+    def description(self) -> str:
+        """What was measured, e.g. ``'NVIDIA H200 (cuda:0), torch 2.9.0, CUDA 12.8, 2026-01-05'``."""
+        env = self.data.get("environment", {})
+        dry = " [dry run]" if self.data.get("dry_run") else ""
+        return (f"{self.data.get('description', '?')} ({self.data.get('device', '?')}), torch {env.get('torch', '?')}, "
+                f"{env.get('build', '?')}, {str(self.data.get('created', '?'))[:10]}{dry}")
+
+    def step(self, topic: str) -> dict | None:
+        """The recorded step ``topic`` (``{"status", "seconds", "rows", ...}``), or None."""
+        return self.data.get("steps", {}).get(topic)
+
+
+def load_measurements(directory: str | Path | None = None) -> list[Measurement]:
+    """Every measurement file (format :data:`MEASURE_FORMAT`) in ``directory``, by name."""
+    return [Measurement(path.name, data) for path, data in _json_files(directory)
+            if isinstance(data, dict) and data.get("format") == MEASURE_FORMAT]
+
+
+def recorded_rows(topic: str, directory: str | Path | None = None) -> list[tuple[Measurement, list[dict]]]:
+    """``(measurement, rows)`` for each measurement file that recorded ``topic`` successfully."""
+    out = []
+    for m in load_measurements(directory):
+        step = m.step(topic)
+        if step and step.get("status") == "ok" and step.get("rows"):
+            out.append((m, list(step["rows"])))
+    return out
+
+
+def recorded(topic: str, directory: str | Path | None = None) -> str:
+    """The recorded table(s) of ``topic`` with where and when they were measured, or a plain "none yet"."""
+    found = recorded_rows(topic, directory)
+    if not found:
+        return f"No GPU reference recorded yet for {topic!r} (gpulab/reference/ has no measurement of it)."
+    blocks = [f"recorded on {m.description}:\n{format_rows(rows)}" for m, rows in found]
+    return "\n\n".join(blocks)
 
 
 def _check_probe(probe: str) -> str:
@@ -89,7 +165,7 @@ def reference_results(probe: str = "matmul", dtype: str | None = None, kind: str
 
 def summary(directory: str | Path | None = None) -> str:
     """One line per reference file (devices, torch, build, date, best rate per probe), or NONE_RECORDED."""
-    refs = load_references(directory)
+    refs, measured = load_references(directory), load_measurements(directory)
     if not refs:
         return NONE_RECORDED
     lines = [f"{len(refs)} reference file(s):"]
@@ -100,10 +176,13 @@ def summary(directory: str | Path | None = None) -> str:
             rs = [r for r in ref.results if r.probe == probe]
             if rs:
                 top = max(rs, key=lambda r: r.rate)
-                best.append(f"best {probe} {top.rate:,.1f} {top.unit} ({top.dtype}, size {top.size})")
+                flags = [top.kind or "", "pinned" if top.pinned else "", "non_blocking" if top.non_blocking else ""]
+                what = top.dtype if probe == "matmul" else " ".join(f for f in flags if f)
+                best.append(f"best {probe} {top.rate:,.1f} {top.unit} ({what}, size {top.size})")
         date = min(r.date for r in ref.results)[:10]
         lines.append(f"  {ref.name}: {', '.join(ref.devices)}; torch {env.get('torch', '?')} "
                      f"({env.get('build', '?')}), {date}; " + "; ".join(best))
+    lines += [f"  {m.name}: {m.description}" for m in measured]
     return "\n".join(lines)
 
 

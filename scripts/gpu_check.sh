@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# GPU check: run every `gpu` test, the notebooks under nbval (lax) and the benchmarks on this machine.
+# GPU check: measure what the notebooks cite FIRST, then run every `gpu` test, then the notebooks.
 #
 #   bash scripts/gpu_check.sh OUTDIR
 #
-# Writes into OUTDIR: summary.txt (one line per step: status, seconds), a log per step, doctor.json,
-# and bench-*.json reference results exactly as `gpulab bench ... --json` wrote them (copy the GPU
-# ones to gpulab/reference/ to record them). Needs no network and installs nothing from it:
-#   WHEELS=DIR   install missing pure-Python packages (nbval, jupyter_client, ...) from DIR with
-#                pip --no-index --find-links DIR (optional; without nbval the notebook step is skipped)
-#   PYTHON=EXE   interpreter to use (default: .venv/bin/python if present, else python3)
-#   BUDGET=S     stop starting new steps after S seconds (default 400, so the run stays under 8 min)
-# On a CPU-only machine it does the CPU-safe parts: the gpu tests report as skipped, benchmarks run on cpu.
+# Writes into OUTDIR:
+#   summary.txt      one line per step: PASS/FAIL/SKIP/NOTE, seconds
+#   reference/       SLUG-measure.json and the bench files SLUG-*.json from scripts/gpu_measure.py:
+#                    copy them unchanged into gpulab/reference/ to record this GPU (SLUG: nvidia-h200, or cpu)
+#   measure.log, doctor.log, doctor.json, nvidia-smi.txt, gpu-tests.log, gpu-tests.xml
+#   notebooks/       each notebook's executed copy and times.json (status and seconds per notebook),
+#                    notebooks.log; run through nbclient (no Jupyter server, no nbval)
+# Needs no network and installs nothing from it. Settings (environment variables):
+#   PYTHON=EXE       interpreter (default: .venv/bin/python if present, else python3)
+#   WHEELS=DIR       local wheels for the notebook step (nbclient, nbformat, ipykernel, ipywidgets and their
+#                    dependencies, for this Python): installed with pip --no-index --target into a temporary
+#                    folder put on PYTHONPATH, so nothing touches the system Python (no PEP 668 refusal);
+#                    dependencies the system already has may be left out of DIR
+#   WHEEL_PACKAGES="A B"  what to install from WHEELS (default: nbclient nbformat ipykernel ipywidgets)
+#   BUDGET=S         start no step after S seconds, and cut the last ones to fit (default 420: under 8 min)
+#   MEASURE_TIMEOUT=S  the measurement's own limit (default 200); it runs first, so the budget cannot starve it
+#   DRY_RUN=1        small sizes even on a GPU (automatic without CUDA)
+#   MEASURE_STEPS=A,B  only these steps of gpu_measure.py (default: all; a rerun updates the file in place)
+#   NOTEBOOKS="A B"  notebooks to execute (default: notebooks/*.ipynb; "none": skip the step)
 # Exit status: 0 when every step that ran passed, 1 otherwise (a skipped step is not a failure).
 set -euo pipefail
 
@@ -33,24 +44,22 @@ fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"   # gpulab imports from the checkout, no install needed
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1  # never reach for the network
 unset MPLBACKEND                                       # it would remove figures from notebook outputs
-BUDGET="${BUDGET:-400}"
+BUDGET="${BUDGET:-420}"
+MEASURE_TIMEOUT="${MEASURE_TIMEOUT:-200}"
 START=$SECONDS
 FAILED=0
 SUMMARY="$OUT/summary.txt"
+SITE=""
 : >"$SUMMARY"
+cleanup() { [[ -n "$SITE" ]] && rm -rf "$SITE"; return 0; }
+trap cleanup EXIT
 
 note() { echo "$*" | tee -a "$SUMMARY"; }
 
-# step NAME TIMEOUT CMD...: run CMD with a timeout, its output in OUTDIR/NAME.log; record pass/fail and seconds.
-step() {
+# run NAME LIMIT CMD...: CMD with a timeout, its output in OUTDIR/NAME.log; record pass/fail and seconds.
+run() {
     local name="$1" limit="$2"
     shift 2
-    local elapsed=$((SECONDS - START))
-    if ((elapsed + 10 > BUDGET)); then
-        note "SKIP  $name (time budget of ${BUDGET}s used up after ${elapsed}s)"
-        return 0
-    fi
-    ((limit > BUDGET - elapsed)) && limit=$((BUDGET - elapsed))
     local t0=$SECONDS rc=0
     echo "--- $name (timeout ${limit}s)"
     timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1 || rc=$?
@@ -66,87 +75,101 @@ step() {
     fi
 }
 
-has() { "$PY" -c "import $1" >/dev/null 2>&1; }
-
-note "gpu_check on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ), python: $("$PY" -c 'import sys; print(sys.version.split()[0])')"
-
-# 1. Missing test tools from local wheels only.
-if [[ -n "${WHEELS:-}" ]]; then
-    if [[ -d "$WHEELS" ]]; then
-        # Optional: what fails to install is noted; the notebook step below is skipped without nbval.
-        : >"$OUT/install-wheels.log"
-        for pkg in nbval ipykernel ipywidgets; do
-            if timeout 120 "$PY" -m pip install --no-index --find-links "$WHEELS" "$pkg" \
-                >>"$OUT/install-wheels.log" 2>&1; then
-                note "PASS  install-wheels $pkg (from local wheels)"
-            else
-                note "NOTE  install-wheels $pkg failed (see install-wheels.log); going on without it"
-            fi
-        done
-    else
-        note "SKIP  install-wheels (WHEELS=$WHEELS is not a folder)"
+# step NAME LIMIT CMD...: like run, but skipped once the budget is spent, and cut to what is left of it.
+step() {
+    local name="$1" limit="$2" elapsed=$((SECONDS - START))
+    shift 2
+    if ((elapsed + 10 > BUDGET)); then
+        note "SKIP  $name (time budget of ${BUDGET}s used up after ${elapsed}s)"
+        return 0
     fi
-fi
+    ((limit > BUDGET - elapsed)) && limit=$((BUDGET - elapsed))
+    run "$name" "$limit" "$@"
+}
 
-# 2. What this machine is.
-CUDA=$("$PY" -c 'import torch; print(int(torch.cuda.is_available()))')
+# install_wheels PY WHEELS SITE PKG...: the packages with their dependencies from WHEELS into SITE; if some
+# dependency is not among the wheels (the system may have it), every wheel that fits this Python, alone.
+install_wheels() {
+    local py="$1" wheels="$2" site="$3" whl ok=0
+    shift 3
+    local pip=("$py" -m pip install --no-index --find-links "$wheels" --target "$site" --upgrade --quiet)
+    echo "installing $* from $wheels into a temporary folder"
+    "${pip[@]}" "$@" && return 0
+    echo "not every dependency is among the wheels: installing each wheel without its dependencies"
+    for whl in "$wheels"/*.whl; do
+        "${pip[@]}" --no-deps "$whl" && ok=$((ok + 1)) || echo "skipped $(basename "$whl")"
+    done
+    echo "$ok wheel(s) installed"
+    ((ok > 0))
+}
+
+missing() { local m out=(); for m in "$@"; do "$PY" -c "import $m" >/dev/null 2>&1 || out+=("$m"); done; echo "${out[*]}"; }
+
+note "gpu_check at $(date -u +%Y-%m-%dT%H:%M:%SZ), python $("$PY" -c 'import sys; print(sys.version.split()[0])')"
+
+# 1. The measurements, first: nothing before them can use up the time. Results are written as they come.
+MEASURE_ARGS=()
+[[ "${DRY_RUN:-0}" == 1 ]] && MEASURE_ARGS+=(--dry-run)
+[[ -n "${MEASURE_STEPS:-}" ]] && MEASURE_ARGS+=(--only "$MEASURE_STEPS")
+run measure "$MEASURE_TIMEOUT" "$PY" scripts/gpu_measure.py "$OUT" --budget $((MEASURE_TIMEOUT - 30)) "${MEASURE_ARGS[@]}"
+note "      reference/: $(cd "$OUT/reference" 2>/dev/null && ls -- *.json 2>/dev/null | tr '\n' ' ')"
+
+# 2. What this machine is (cheap).
 step doctor 60 "$PY" -m gpulab doctor
 timeout 60 "$PY" -m gpulab doctor --json >"$OUT/doctor.json" 2>/dev/null || rm -f "$OUT/doctor.json"
 if command -v nvidia-smi >/dev/null 2>&1; then
     timeout 30 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || true
 fi
-if ((CUDA)); then
-    DEVICE=cuda
-    note "CUDA available: $("$PY" -c 'import torch; print(torch.cuda.device_count(), "x", torch.cuda.get_device_name(0))')"
+if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    note "      CUDA: $("$PY" -c 'import torch; print(torch.cuda.device_count(), "x", torch.cuda.get_device_name(0))')"
 else
-    DEVICE=cpu
-    note "no CUDA device: gpu tests will report as skipped, benchmarks run on the cpu"
+    note "      no CUDA device: a dry run (gpu tests report as skipped, measurements are small and on the cpu)"
 fi
 
-# 3. Every test marked gpu (skipped, with reasons, where CUDA is missing). Only the files that use the
-#    marker are collected, so a test module needing a package this machine lacks cannot break the step.
-XDIST=()
+# 3. Every test marked gpu. Only the files that use the marker are collected, so a test module needing a
+#    package this machine lacks cannot break the step.
 mapfile -t GPU_FILES < <(grep -l -E 'mark\.gpu\b' tests/test_*.py || true)
 if ((${#GPU_FILES[@]})); then
-    step gpu-tests 240 "$PY" -m pytest -m gpu "${GPU_FILES[@]}" -p no:cacheprovider -rs -q --junitxml "$OUT/gpu-tests.xml"
+    step gpu-tests 180 "$PY" -m pytest -m gpu "${GPU_FILES[@]}" -p no:cacheprovider -rs -q --junitxml "$OUT/gpu-tests.xml"
 else
     note "FAIL  gpu-tests (no test file under tests/ uses the gpu marker)"
     FAILED=1
 fi
 
-# 4. Every notebook, top to bottom, under nbval in lax mode (errors fail, outputs are not compared).
-NOTEBOOKS=(notebooks/*.ipynb)
-if [[ ! -e "${NOTEBOOKS[0]}" ]]; then
-    note "SKIP  notebooks (no notebooks/*.ipynb in this checkout)"
-elif has nbval && has ipykernel; then
-    JOBS=$(( $(nproc) < 4 ? $(nproc) : 4 ))
-    if has xdist && ((JOBS > 1)); then XDIST=(-n "$JOBS" --dist loadfile); fi
-    step notebooks 300 "$PY" -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=240 \
-        -p no:cacheprovider -q "${XDIST[@]}" "${NOTEBOOKS[@]}"
+# 4. The notebooks, last, through nbclient. Wheels (if given) go to a temporary folder on PYTHONPATH.
+if [[ "${NOTEBOOKS:-}" == none ]]; then
+    note "SKIP  notebooks (NOTEBOOKS=none)"
 else
-    note "SKIP  notebooks (nbval or ipykernel is not installed; bring wheels and set WHEELS=DIR to run them)"
-fi
-
-# 5. Reference benchmarks, written as JSON exactly as the command makes them.
-SLUG=$("$PY" -c '
-import re, torch
-name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-print(re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "device")')
-bench() { local name="$1"; shift; step "bench-$name" 120 "$PY" -m gpulab bench "$@" --json "$OUT/$SLUG-$name.json"; }
-bench matmul-float32 matmul --device "$DEVICE" --dtype float32
-if ((CUDA)); then
-    bench matmul-float16 matmul --device cuda --dtype float16
-    if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.get_device_capability(0)[0] >= 8 else 1)'; then
-        bench matmul-bfloat16 matmul --device cuda --dtype bfloat16
-    else
-        note "SKIP  bench-matmul-bfloat16 (compute capability < 8.0: bfloat16 is only emulated)"
+    read -r -a NBS <<<"${NOTEBOOKS:-$(echo notebooks/*.ipynb)}"
+    if [[ -n "${WHEELS:-}" ]]; then
+        if [[ ! -d "$WHEELS" ]]; then
+            note "NOTE  install-wheels: WHEELS=$WHEELS is not a folder"
+        elif ! "$PY" -m pip --version >/dev/null 2>&1; then
+            note "NOTE  install-wheels: this Python has no pip, so the wheels cannot be installed"
+        else
+            SITE="$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_site.XXXXXX")"
+            step install-wheels 150 bash -c "$(declare -f install_wheels); install_wheels \"\$@\"" _ "$PY" "$WHEELS" "$SITE" \
+                ${WHEEL_PACKAGES:-nbclient nbformat ipykernel ipywidgets}
+            export PYTHONPATH="$SITE:$PYTHONPATH"
+        fi
     fi
-    bench copy-device copy --device cuda --kind device
-    bench copy-h2d-pageable copy --device cuda --kind h2d
-    bench copy-h2d-pinned copy --device cuda --kind h2d --pinned
-    bench copy-d2h-pinned copy --device cuda --kind d2h --pinned
-else
-    bench copy-device copy --device cpu --kind device
+    LACK="$(missing nbclient nbformat ipykernel)"
+    if [[ -n "$LACK" ]]; then
+        note "SKIP  notebooks (not installed: $LACK; bring their wheels and set WHEELS=DIR)"
+    else
+        LACK="$(missing ipywidgets)"
+        [[ -n "$LACK" ]] && note "NOTE  ipywidgets is not installed: the notebooks that import it (01, 05) will fail"
+        JOBS=$(($(nproc) < 4 ? $(nproc) : 4))
+        LEFT=$((BUDGET - (SECONDS - START)))
+        if ((LEFT < 60)); then
+            note "SKIP  notebooks (only ${LEFT}s of the ${BUDGET}s budget left)"
+        else
+            step notebooks "$LEFT" "$PY" scripts/run_notebooks.py "$OUT/notebooks" "${NBS[@]}" --jobs "$JOBS" \
+                --timeout $((LEFT - 15)) --cell-timeout 240
+            [[ -f "$OUT/notebooks/times.json" ]] && grep -o '"notebook": "[^"]*"\|"status": "[^"]*"\|"seconds": [0-9.]*' \
+                "$OUT/notebooks/times.json" | paste - - - | sed 's/"//g; s/^/      /' | tee -a "$SUMMARY"
+        fi
+    fi
 fi
 
 note "total $((SECONDS - START)) s; results and logs in $(basename "$OUT")/"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 
@@ -158,6 +159,92 @@ def test_load_rejects_files_that_are_not_bench_files(tmp_path):
         (tmp_path / "c.json").write_text(json.dumps({"format": bench.FORMAT, "results": [broken]}))
         with pytest.raises(ValueError, match="c.json"):
             bench.load_results(tmp_path / "c.json")
+
+
+def test_every_result_records_the_float32_matmul_precision():
+    before = torch.get_float32_matmul_precision()
+    plain = bench.matmul_probe("cpu", 8, min_run_time=FAST)
+    tf32 = bench.matmul_probe("cpu", 8, matmul_precision="high", min_run_time=FAST)
+    copy = bench.copy_probe("cpu", 1, min_run_time=FAST)
+    assert plain.matmul_precision == copy.matmul_precision == before
+    assert tf32.matmul_precision == "high"
+    assert torch.get_float32_matmul_precision() == before  # restored
+
+
+def test_matmul_precision_is_restored_after_an_error_and_checked():
+    before = torch.get_float32_matmul_precision()
+    with pytest.raises(RuntimeError):
+        with bench.float32_matmul_precision("medium") as used:
+            assert used == "medium" == torch.get_float32_matmul_precision()
+            raise RuntimeError("boom")
+    assert torch.get_float32_matmul_precision() == before
+    with pytest.raises(ValueError, match="unknown matmul precision 'tf32'.*highest, high, medium"):
+        bench.matmul_probe("cpu", 8, matmul_precision="tf32")
+    with pytest.raises(ValueError, match="unknown matmul precision"):
+        bench.matmul_sweep("cpu", [8], matmul_precision="fast")
+
+
+def test_files_written_before_the_precision_field_still_load(tmp_path):
+    old = bench.matmul_probe("cpu", 8, min_run_time=FAST).to_dict()
+    del old["matmul_precision"]
+    (tmp_path / "old.json").write_text(json.dumps({"format": bench.FORMAT, "results": [old]}))
+    [r] = bench.load_results(tmp_path / "old.json")
+    assert r.matmul_precision is None and r.label == "cpu float32, " + f"{r.threads} thread" + "s" * (r.threads != 1)
+
+
+def _on_gpu(r, **changes):
+    return dataclasses.replace(r, device="cuda:0", description="NVIDIA H200", threads=1, **changes)
+
+
+def test_labels_tell_apart_every_setting_that_changes_the_figure():
+    m = bench.matmul_probe("cpu", 8, min_run_time=FAST)
+    assert _on_gpu(m, matmul_precision="highest").label == "NVIDIA H200 float32"
+    assert _on_gpu(m, matmul_precision="high").label == "NVIDIA H200 float32 (TF32 allowed)"
+    assert _on_gpu(m, matmul_precision="high", dtype="bfloat16").label == "NVIDIA H200 bfloat16"
+    assert dataclasses.replace(m, matmul_precision="high", threads=1).label == "cpu float32 (matmul precision high), 1 thread"
+    c = bench.copy_probe("cpu", 1, min_run_time=FAST)
+    labels = {_on_gpu(c, kind="h2d", pinned=p, non_blocking=nb).label for p in (False, True) for nb in (False, True)}
+    assert labels == {"NVIDIA H200 h2d", "NVIDIA H200 h2d non_blocking", "NVIDIA H200 h2d pinned",
+                      "NVIDIA H200 h2d pinned non_blocking"}
+    table = bench.format_table([_on_gpu(m, matmul_precision="high"), _on_gpu(c, kind="h2d", pinned=True, non_blocking=True)])
+    assert " tf32 " in table and "h2d+pin+nb" in table
+
+
+def test_add_moves_three_times_the_size():
+    r = bench.copy_probe("cpu", 2, "add", min_run_time=FAST)
+    assert (r.kind, r.bytes_moved, r.unit) == ("add", 3 * 2 * 2**20, "GB/s")
+    assert r.rate == pytest.approx(r.bytes_moved / r.seconds / 1e9)
+    with pytest.raises(ValueError, match="pinned=True"):
+        bench.copy_probe("cpu", 1, "add", pinned=True)
+
+
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB"),
+                                   RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9")])
+def test_running_out_of_memory_says_so(monkeypatch, error):
+    def oom(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(bench, "time_call", oom)
+    with pytest.raises(ValueError, match="ran out of memory on cpu") as info:
+        bench.matmul_probe("cpu", 64, "float32")
+    assert "not supported" not in str(info.value) and "use a smaller size" in str(info.value)
+    with pytest.raises(ValueError, match="a 1 MiB device copy ran out of memory on cpu"):
+        bench.copy_probe("cpu", 1)
+
+
+def test_other_runtime_errors_in_a_copy_are_not_called_out_of_memory(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(bench, "time_call", broken)
+    with pytest.raises(RuntimeError, match="something else"):
+        bench.copy_probe("cpu", 1)
+
+
+def test_default_matmul_sizes_on_a_gpu_are_past_the_launch_bound_region(monkeypatch):
+    monkeypatch.setattr(bench.devices, "pick_device", lambda name: torch.device("cuda", 0))
+    assert min(bench.default_sizes("matmul", "cuda")) >= 1024
+    assert min(bench.default_sizes("copy", "cuda")) >= 64
 
 
 def test_table_has_a_line_per_result_and_labels_name_threads():

@@ -94,6 +94,19 @@ def test_bench_copy_via_subprocess(tmp_path):
     assert (r.probe, r.kind, r.size, r.dtype) == ("copy", "device", 1, "bfloat16")
 
 
+def test_bench_tf32_and_add_are_recorded_in_the_json(tmp_path, capsys):
+    assert cli.main(["bench", "matmul", "--device", "cpu", "--sizes", "8", "--matmul-precision", "high",
+                     "--min-run-time", "0.01", "--json", str(tmp_path / "t.json")]) == 0
+    [r] = bench.load_results(tmp_path / "t.json")
+    assert (r.dtype, r.matmul_precision) == ("float32", "high")
+    assert torch.get_float32_matmul_precision() == "highest"
+    assert cli.main(["bench", "copy", "--device", "cpu", "--kind", "add", "--sizes", "1",
+                     "--min-run-time", "0.01", "--json", str(tmp_path / "a.json")]) == 0
+    [r] = bench.load_results(tmp_path / "a.json")
+    assert (r.kind, r.bytes_moved) == ("add", 3 * 2**20)
+    assert "add" in capsys.readouterr().out
+
+
 BAD = [
     (["bench", "matmul", "--device", "tpu"], "unknown device 'tpu'"),
     (["bench", "matmul", "--sizes", "0"], "size 0"),
@@ -105,6 +118,8 @@ BAD = [
     (["bench", "copy", "--device", "cpu", "--kind", "h2d", "--sizes", "1"], "needs an accelerator"),
     (["bench", "matmul", "--device", "cpu", "--pinned", "--sizes", "8"], "copy probe only"),
     (["bench", "matmul", "--threads", "0"], "positive"),
+    (["bench", "copy", "--device", "cpu", "--matmul-precision", "high"], "matmul probe only"),
+    (["bench", "matmul", "--matmul-precision", "tf32"], "invalid choice"),
     (["doctor", "--colour"], "unrecognized"),
 ]
 if NO_CUDA:

@@ -53,16 +53,6 @@ def test_parameter_bytes_by_dtype_scales_with_element_size_and_leaves_model_alon
     assert precision.parameter_bytes(model) == sizes["float32"]
 
 
-def test_activation_bytes_halves_under_bfloat16_autocast():
-    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
-    x = torch.randn(10, 8)
-    full = precision.activation_bytes(model, x)
-    assert full == 10 * (32 + 32 + 4) * 4
-    half = precision.activation_bytes(model, x, "bfloat16")
-    assert half < full  # linear outputs become 2-byte values
-    assert half == 10 * (32 + 32 + 4) * 2
-
-
 def test_overflow_demo_shows_float16_limits():
     rows = {r["value"]: r for r in precision.overflow_demo()}
     assert math.isinf(rows[70000.0]["float16"])
@@ -105,3 +95,57 @@ def test_autocast_matmul_seconds_runs_and_checks_input():
         precision.autocast_matmul_seconds("cpu", None, n=0)
     with pytest.raises(ValueError, match="min_run_time"):
         precision.autocast_matmul_seconds("cpu", None, n=8, min_run_time=0)
+
+
+def test_matmul_modes_time_every_mode_against_strict_float32():
+    before = torch.get_float32_matmul_precision()
+    rows = precision.matmul_modes("cpu", n=16, min_run_time=0.01)
+    assert [r["mode"] for r in rows] == list(precision.MATMUL_MODES)
+    assert rows[0]["x_float32"] == 1.0
+    for r in rows:
+        assert r["n"] == 16 and (r["ms"] is None) == bool(r["note"])
+        if r["ms"] is not None:
+            assert r["ms"] > 0 and r["x_float32"] == pytest.approx(rows[0]["ms"] / r["ms"])
+    assert torch.get_float32_matmul_precision() == before  # the TF32 mode restores the setting
+
+
+def test_tf32_mode_runs_under_high_precision(monkeypatch):
+    from gpulab import bench
+
+    seen = []
+    real = bench.time_call
+
+    def spy(stmt, env, device, **kwargs):
+        seen.append((stmt, torch.get_float32_matmul_precision(), {k: getattr(v, "dtype", None) for k, v in env.items()}))
+        return real(stmt, env, device, **kwargs)
+
+    monkeypatch.setattr(bench, "time_call", spy)
+    for mode in ("float32", "tf32", "bfloat16", "autocast bfloat16"):
+        precision.matmul_mode_seconds("cpu", mode, n=8, min_run_time=0.01)
+    (s32, p32, _), (_, ptf, _), (_, _, pre), (auto, _, envauto) = seen
+    assert (p32, ptf) == ("highest", "high")
+    assert pre["a"] == pre["b"] == torch.bfloat16 and s32 == "a @ b"  # cast once, before timing
+    assert "autocast" in auto and envauto["a"] == torch.float32  # cast inside every call
+
+
+def test_matmul_modes_bad_input():
+    with pytest.raises(ValueError, match="unknown mode 'int8'"):
+        precision.matmul_mode_seconds("cpu", "int8")
+    with pytest.raises(ValueError, match="unknown mode"):
+        precision.matmul_modes("cpu", 8, modes=("float32", "fp8"))
+    with pytest.raises(ValueError, match="n=0"):
+        precision.matmul_mode_seconds("cpu", "tf32", n=0)
+
+
+def test_a_mode_the_device_cannot_run_becomes_a_note(monkeypatch):
+    real = precision.matmul_mode_seconds
+
+    def no_half(device, mode, n, min_run_time):
+        if mode == "float16":
+            raise ValueError("matmul mode 'float16' failed on cpu (not implemented for 'Half')")
+        return real(device, mode, n, min_run_time)
+
+    monkeypatch.setattr(precision, "matmul_mode_seconds", no_half)
+    row = {r["mode"]: r for r in precision.matmul_modes("cpu", 8, ("float32", "float16"), 0.01)}["float16"]
+    assert row["ms"] is None and "not implemented" in row["note"]
+

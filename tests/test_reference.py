@@ -32,7 +32,7 @@ def test_the_package_folder_loads_and_says_what_it_holds():
     if refs:
         assert f"{len(refs)} reference file(s)" in text
     else:
-        assert text == reference.NONE_RECORDED and "No reference results recorded yet" in text
+        assert text == reference.NONE_RECORDED and "No GPU reference recorded yet" in text
     assert (reference.REFERENCE_DIR / "README.md").is_file()
 
 
@@ -62,12 +62,67 @@ def test_summary_names_each_file(recorded):
 
 
 def test_broken_reference_file_is_named(tmp_path):
-    (tmp_path / "bad.json").write_text(json.dumps({"hello": 1}))
+    good = bench.matmul_probe("cpu", 8, min_run_time=FAST).to_dict()
+    (tmp_path / "bad.json").write_text(json.dumps({"format": bench.FORMAT, "results": [{**good, "colour": 1}]}))
     with pytest.raises(ValueError, match="bad.json"):
         reference.load_references(tmp_path)
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(ValueError, match="bad.json is not valid JSON"):
         reference.summary(tmp_path)
+
+
+def test_json_files_of_another_kind_are_skipped(recorded):
+    folder, rs = recorded
+    (folder / "doctor.json").write_text(json.dumps({"python": "3.11", "devices": []}))
+    (folder / "list.json").write_text("[1, 2]")
+    _measurement(folder)
+    assert [r.name for r in reference.load_references(folder)] == ["somegpu.json"]
+    assert len(reference.reference_results("matmul", directory=folder)) == 3
+    text = reference.summary(folder)
+    assert "somegpu.json" in text and "doctor.json" not in text
+    assert "fake-gpu-measure.json: Fake GPU (cuda:0), torch 9.9" in text
+
+
+def _measurement(folder, steps=None, name="fake-gpu"):
+    data = {"format": reference.MEASURE_FORMAT, "created": "2026-01-02T03:04:05+00:00", "device": "cuda:0",
+            "description": "Fake GPU", "slug": name, "dry_run": False, "environment": {"torch": "9.9", "build": "CUDA 99"},
+            "steps": steps if steps is not None else {
+                "boston_loop": {"status": "ok", "rows": [{"device": "cuda:0", "fit_epochs_per_s": 123.5}]},
+                "ddp": {"status": "error", "error": "RuntimeError: nccl"},
+                "memory": {"status": "running"}}}
+    (folder / reference.measure_file_name(name)).write_text(json.dumps(data))
+    return data
+
+
+def test_recorded_shows_a_measured_table_with_where_and_when(tmp_path):
+    _measurement(tmp_path)
+    [m] = reference.load_measurements(tmp_path)
+    assert m.name == "fake-gpu-measure.json" and m.step("ddp")["status"] == "error"
+    text = reference.recorded("boston_loop", tmp_path)
+    assert text.startswith("recorded on Fake GPU (cuda:0), torch 9.9, CUDA 99, 2026-01-02:")
+    assert "fit_epochs_per_s" in text and "123.5" in text
+    [(_, rows)] = reference.recorded_rows("boston_loop", tmp_path)
+    assert rows == [{"device": "cuda:0", "fit_epochs_per_s": 123.5}]
+
+
+@pytest.mark.parametrize("topic", ["ddp", "memory", "autocast_step"])  # failed, interrupted, absent
+def test_recorded_says_plainly_when_nothing_usable_is_recorded(tmp_path, topic):
+    _measurement(tmp_path)
+    assert reference.recorded(topic, tmp_path).startswith(f"No GPU reference recorded yet for {topic!r}")
+    assert reference.recorded(topic, tmp_path / "missing").startswith("No GPU reference recorded yet")
+
+
+def test_the_package_folder_answers_recorded_without_error():
+    text = reference.recorded("boston_loop")
+    assert text.startswith("recorded on") or text.startswith("No GPU reference recorded yet")
+
+
+def test_file_names_match_what_the_measure_script_writes():
+    assert reference.device_slug("NVIDIA H200") == "nvidia-h200"
+    assert reference.device_slug("NVIDIA GeForce RTX 4090 (laptop)") == "nvidia-geforce-rtx-4090-laptop"
+    assert reference.device_slug("***") == "device"
+    assert reference.bench_file_name("nvidia-h200", "copy-h2d") == "nvidia-h200-copy-h2d.json"
+    assert reference.measure_file_name("cpu") == "cpu-measure.json"
 
 
 def test_bad_arguments():

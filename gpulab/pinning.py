@@ -1,0 +1,84 @@
+"""Pinned vs pageable host memory in a ``DataLoader``, measured without Python overhead hiding the copy.
+
+A plain ``DataLoader(dataset, batch_size=4096)`` fetches 4096 single samples and collates them in
+Python: for 65,536 rows that per-sample work takes longer than the copies it is meant to compare.
+Here every batch is ONE slice of the stored tensors (:class:`SliceSampler`, ``batch_size=None``),
+so a pass over the data costs little more than the copies themselves::
+
+    from gpulab import pinning
+    pinning.loader_probe("cuda", size_mb=256, pin_memory=True, non_blocking=True)
+
+The result is a :class:`gpulab.bench.BenchResult` with ``probe="copy"`` and ``kind="loader"``.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import torch
+from torch.utils.data import DataLoader, Sampler, TensorDataset
+
+from gpulab import bench, devices
+
+#: The warning a DataLoader gives for ``pin_memory=True`` without an accelerator (older torch: "CUDA").
+NO_ACCELERATOR_PIN = re.compile(r"'pin_memory' argument is set as true but (no accelerator is found|CUDA is not available)")
+
+
+def is_no_accelerator_pin_warning(warning: warnings.WarningMessage | Warning | str) -> bool:
+    """True for exactly the "pin_memory=True but no accelerator" warning, not any text naming pin_memory.
+
+    (torch >= 2.8 may also warn that passing a device to ``Tensor.pin_memory()`` is deprecated: not this one.)
+    """
+    message = getattr(warning, "message", warning)
+    return bool(NO_ACCELERATOR_PIN.search(str(message)))
+
+
+class SliceSampler(Sampler):
+    """Yields ``slice(start, stop)`` objects, one per batch, in order: ``dataset[slice]`` is one view."""
+
+    def __init__(self, rows: int, batch_size: int) -> None:
+        self.rows = bench.check_size(rows, "rows")
+        self.batch_size = bench.check_size(batch_size, "batch_size")
+
+    def __iter__(self):
+        for start in range(0, self.rows, self.batch_size):
+            yield slice(start, min(start + self.batch_size, self.rows))
+
+    def __len__(self) -> int:
+        return -(-self.rows // self.batch_size)
+
+
+def slice_loader(X: torch.Tensor, y: torch.Tensor, batch_size: int, *, pin_memory: bool = False) -> DataLoader:
+    """A ``DataLoader`` over ``(X, y)`` whose batches are slices (no per-sample collation)."""
+    if len(X) != len(y):
+        raise ValueError(f"X has {len(X)} rows but y has {len(y)}: they must match")
+    return DataLoader(TensorDataset(X, y), sampler=SliceSampler(len(X), batch_size), batch_size=None,
+                      pin_memory=pin_memory)
+
+
+def loader_probe(device: str | torch.device = "auto", size_mb: int = 256, *, batch_rows: int = 4096,
+                 features: int = 1024, pin_memory: bool = False, non_blocking: bool = False,
+                 min_run_time: float = 0.2) -> bench.BenchResult:
+    """Seconds of one pass over ``size_mb`` MiB of float32 rows, each batch moved to ``device``; GB/s.
+
+    ``pin_memory=True`` (CUDA only) makes the loader copy each batch into pinned memory first, so
+    that ``.to(device, non_blocking=...)`` is a direct DMA transfer. On the CPU the pass only
+    measures the loader itself (useful for a dry run).
+    """
+    size_mb = bench.check_size(size_mb, "size_mb")
+    bench.check_size(batch_rows, "batch_rows")
+    bench.check_size(features, "features")
+    dev = devices.pick_device(device)
+    if pin_memory and dev.type != "cuda":
+        raise ValueError(f"pin_memory=True needs a CUDA device to copy to, not {dev}")
+    rows = max(1, size_mb * 2**20 // (4 * (features + 1)))
+    loader = slice_loader(torch.randn(rows, features), torch.randn(rows, 1), batch_rows, pin_memory=pin_memory)
+    stmt = "for xb, yb in loader:\n    xb.to(dev, non_blocking=nb); yb.to(dev, non_blocking=nb)"
+    seconds, repeats = bench.time_call(stmt, {"loader": loader, "dev": dev, "nb": non_blocking}, dev,
+                                       warmup=1, min_run_time=min_run_time)
+    moved = rows * (features + 1) * 4
+    return bench.make_result("copy", dev, threads=torch.get_num_threads(), dtype="float32", size=size_mb,
+                         seconds=seconds, rate=moved / seconds / 1e9, unit="GB/s", kind="loader",
+                         pinned=bool(pin_memory), non_blocking=bool(non_blocking), bytes_moved=moved,
+                         repeats=repeats)
