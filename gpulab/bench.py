@@ -343,3 +343,13 @@ def format_table(results: Sequence[BenchResult]) -> str:
         lines.append(f"{r.probe:<7} {r.device:<8} {kind:<6} {r.dtype:<9} {size:>6} {r.threads:>7} "
                      f"{r.seconds * 1e3:>9.3f} ms {r.rate:>9.1f} {r.unit}")
     return "\n".join(lines)
+
+
+def matmul_flops(n: int) -> int:
+    """Floating-point operations of an ``n x n @ n x n`` matrix multiply: ``2 n^3``.
+
+    Each of the ``n * n`` outputs is a sum of ``n`` products: ``n`` multiplications and ``n`` additions.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"matrix side n={n!r} must be a positive integer")
+    return 2 * n**3
