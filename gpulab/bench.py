@@ -302,3 +302,13 @@ def default_sizes(probe: str, device: str | torch.device = "cpu") -> list[int]:
     if probe == "matmul":
         return [1024, 2048, 4096, 8192] if gpu else [256, 512, 1024]
     return [64, 256, 1024] if gpu else [16, 64]
+
+
+def matmul_flops(n: int) -> int:
+    """Floating-point operations of an ``n x n @ n x n`` matrix multiply: ``2 n^3``.
+
+    Each of the ``n * n`` outputs is a sum of ``n`` products: ``n`` multiplications and ``n`` additions.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"matrix side n={n!r} must be a positive integer")
+    return 2 * n**3

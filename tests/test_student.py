@@ -169,7 +169,10 @@ def test_untagged_exercise_check_stops_the_build(tmp_path, capsys):
     assert student.main(["--src", str(src), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert err.startswith("error: 04_data_parallel.ipynb: cell ") and "check_replica_sizes()" in err
+    cells = _cells(ROOT / "notebooks" / "04_data_parallel.ipynb")
+    first = next(i for i, c in enumerate(cells) if c["cell_type"] == "code" and student.CHECK_CALL.search(source(c)))
+    called = student.CHECK_CALL.search(source(cells[first])).group(1)
+    assert err.startswith(f"error: 04_data_parallel.ipynb: cell {first} calls {called}()"), err
     assert "'solution'" in err
     assert not out.exists()
 
