@@ -52,11 +52,11 @@ def test_matmul_count_wrong_answers_say_why(answer, hint):
 
 
 def test_rows_per_gpu_reuses_the_exercise_check():
-    assert check("04", 1, [8, 8, 8, 6]).ok
-    assert check("04", 1, parse_typed("[8, 8, 8, 6]")).ok
-    wrong = check("04", 1, [8, 8, 7, 7])
+    assert check("04", 1, [6, 6, 6, 4]).ok
+    assert check("04", 1, parse_typed("[6, 6, 6, 4]")).ok
+    wrong = check("04", 1, [6, 6, 5, 5])
     assert not wrong.ok and "torch.chunk" in str(wrong)
-    assert not check("04", 1, [10, 10, 10]).ok
+    assert not check("04", 1, [8, 8, 6]).ok
 
 
 @pytest.mark.parametrize("answer,ok,hint", [(32, True, "96"), ([32, 32, 32], True, "96"), ("32", True, ""),

@@ -149,9 +149,9 @@ QUESTIONS: dict[str, tuple[Question, ...]] = {
         ), answer="b"),
     ),
     "04": (
-        Question("A batch of 30 rows goes to `nn.DataParallel` on 4 GPUs. How many rows does each GPU get? "
+        Question("A batch of 22 rows goes to `nn.DataParallel` on 4 GPUs. How many rows does each GPU get? "
                  "Answer with a list, one entry per GPU that gets rows.",
-                 grade=lambda answer: check_replica_sizes(answer, batch_size=30, n_gpus=4), example="[1, 2, 3]"),
+                 grade=lambda answer: check_replica_sizes(answer, batch_size=22, n_gpus=4), example="[1, 2, 3]"),
         Question("DataParallel splits a batch unevenly over 3 GPUs. The gradients it produces are:", (
             O("those of one model on the whole batch, up to float rounding.",
               "the loss is taken over the gathered output and the replicas' gradients are summed into the model"),
@@ -198,8 +198,8 @@ QUESTIONS: dict[str, tuple[Question, ...]] = {
                  "calling one better?", (
             O("Nothing: the lower RMSE wins.", "no: on so few rows one split is noisy; the same model's RMSE moves "
                                                "from split to split"),
-            O("Repeat over several splits, all models on the same rows, and compare mean and spread.",
-              "then a difference can be told apart from the noise of one split"),
+            O("Repeat over several splits, all models on the same rows, and compare them split by split (paired).",
+              "then a difference can be told apart from the noise of one split, or shown not to be"),
             O("Train for more epochs.", "no: more training does not remove the noise of one split"),
         ), answer="b"),
         Question("Why did scikit-learn remove `load_boston`?", (
