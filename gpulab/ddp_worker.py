@@ -25,8 +25,7 @@ import torch.distributed as dist
 
 from gpulab import checkpoint
 from gpulab.atomic import torch_save, write_json
-from gpulab.cli import add_recipe_options, recipe_from
-from gpulab.experiment import article_model, boston_data, optimizer_for
+from gpulab.experiment import add_recipe_options, article_model, boston_data, optimizer_for, recipe_from
 from gpulab.launch import exit_worker, prefix_output
 from gpulab.train import History, fit
 

@@ -10,7 +10,8 @@ import argparse
 import os
 import sys
 
-from gpulab.cli import add_recipe_options, non_negative_int, positive_float, positive_int, recipe_from
+from gpulab.argtypes import non_negative_int, positive_float, positive_int
+from gpulab.experiment import add_recipe_options, recipe_from
 
 
 def port(text: str) -> int:
