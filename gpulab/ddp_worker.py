@@ -26,7 +26,7 @@ import torch.distributed as dist
 from gpulab import checkpoint
 from gpulab.atomic import torch_save, write_json
 from gpulab.experiment import add_recipe_options, article_model, boston_data, optimizer_for, recipe_from
-from gpulab.launch import exit_worker, prefix_output
+from gpulab.rank_io import exit_worker, prefix_output
 from gpulab.train import History, fit
 
 
