@@ -101,7 +101,7 @@ def worker(args: argparse.Namespace) -> int:
     if worlds[-1] > world:
         raise ValueError(f"--worlds {args.worlds} asks for {worlds[-1]} ranks, this launch has {world}")
     torch.set_num_threads(1)
-    problems = (("boston", args.boston_epochs), ("synthetic", args.synthetic_epochs))
+    problems = [(p, e) for p, e in (("boston", args.boston_epochs), ("synthetic", args.synthetic_epochs)) if e > 0]
     plain = {problem: train_problem(problem, epochs) for problem, epochs in problems} if rank == 0 else {}
     torch.distributed.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
     try:
@@ -134,10 +134,17 @@ def worker(args: argparse.Namespace) -> int:
 
 
 def measure(ranks: list[int], boston_epochs: int, synthetic_epochs: int, timeout: float = 240.0, log=print) -> dict:
-    """ONE torchrun launch of ``max(ranks)`` ranks measures every rank count in ``ranks``."""
+    """ONE torchrun launch of ``max(ranks)`` ranks measures every rank count in ``ranks``.
+
+    ``synthetic_epochs=0`` measures the Boston problem only.
+    """
     from gpulab.torchrun import launch
 
     ranks = sorted(set(ranks))
+    if not ranks or ranks[0] < 1:
+        raise ValueError(f"ranks={ranks!r} must be positive rank counts, e.g. [2, 3]")
+    if boston_epochs < 1 or synthetic_epochs < 0:
+        raise ValueError(f"boston_epochs={boston_epochs!r} must be >= 1 and synthetic_epochs={synthetic_epochs!r} >= 0")
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="gpulab-crossover-") as tmp:
         out = str(Path(tmp) / "crossover.json")
@@ -194,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pg-timeout", type=float, default=240.0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        args.boston_epochs, args.synthetic_epochs = args.boston_epochs or 20, args.synthetic_epochs or 4
+        if args.boston_epochs is None or args.synthetic_epochs is None or not args.out:
+            p.error("--worker needs --out, --boston-epochs and --synthetic-epochs (measure() passes them)")
         return worker(args)
     ranks = args.ranks or ([2, 3] if args.light else [1, 2, 3, 4])
     boston_epochs = args.boston_epochs or (20 if args.light else 100)
