@@ -87,6 +87,15 @@ class ProcessTree:
         return None
 
 
+def kill(proc: psutil.Process) -> bool:
+    """Kill ``proc`` at once (SIGKILL on POSIX, TerminateProcess on Windows); False if it was already gone."""
+    try:
+        proc.kill()
+        return True
+    except (*_GONE, psutil.AccessDenied):
+        return False
+
+
 def _wait(procs: list[psutil.Process], seconds: float) -> list[psutil.Process]:
     """Wait up to ``seconds`` for ``procs`` to end (zombies count as ended); return those left."""
     deadline = time.monotonic() + seconds

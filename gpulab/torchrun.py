@@ -18,7 +18,7 @@ import time
 from typing import Callable, Sequence
 
 from gpulab.launch_result import LaunchResult, LaunchTimeout, failure, report
-from gpulab.processes import LineReader, ProcessTree, new_group_options, stop_processes
+from gpulab.processes import LineReader, ProcessTree, kill, new_group_options, stop_processes
 from gpulab.rendezvous import current_plan
 from gpulab.torchrun_command import check_nproc, check_timeout, single_machine, torchrun_command
 
@@ -87,10 +87,7 @@ class Torchrun:
     def kill_rank(self, rank: int) -> int | None:
         """Kill rank ``rank`` at once, as a crash would (SIGKILL on POSIX); its pid, or None if not running."""
         proc = self._tree().with_env("RANK", str(rank))
-        if proc is None:
-            return None
-        proc.kill()
-        return proc.pid
+        return proc.pid if proc is not None and kill(proc) else None
 
     def _tree(self) -> ProcessTree:
         if self.tree is None:

@@ -67,6 +67,12 @@ def test_stop_leaves_a_reused_pid_alone(fake_wait):
     assert stranger.calls == []
 
 
+def test_kill_says_whether_it_killed():
+    victim, stranger = FakeProcess(5, dies_on=None), FakeProcess(6, reused=True)
+    assert processes.kill(victim) is True and victim.calls == ["kill"] and not running(victim)
+    assert processes.kill(stranger) is False and stranger.calls == []
+
+
 def test_zombies_count_as_ended(fake_wait):
     zombie = FakeProcess(4, zombie=True)
     assert not running(zombie)
