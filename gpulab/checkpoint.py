@@ -1,8 +1,9 @@
 """Epoch checkpoints: written atomically, found by name, loaded safely, checked on load.
 
 A checkpoint is ``<dir>/epoch0003.pt`` holding the model, the optimizer, the epoch just
-finished, the RNG state and the history so far. It is written to a temporary file beside
-it and renamed (``gpulab.atomic``), so a crash never leaves a half-written ``epoch*.pt``.
+finished, the RNG state (the CPU's, plus the CUDA device's when the model is on one) and the
+history so far. It is written to a temporary file beside it and renamed (``gpulab.atomic``),
+so a crash never leaves a half-written ``epoch*.pt``.
 A file that is damaged anyway (truncated, edited, not a checkpoint) raises
 ``CheckpointError`` naming its path; it is never loaded silently. Loading uses
 ``torch.load(weights_only=True)``: plain tensors and containers only, no pickled code.
@@ -48,19 +49,31 @@ def latest(directory: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
-def rng_state() -> dict[str, Any]:
-    """The torch RNG states (CPU, and every CUDA device where present)."""
+def _cuda_device(model: torch.nn.Module) -> torch.device | None:
+    """The CUDA device ``model`` trains on, or ``None`` (CPU, MPS ...: no CUDA state to keep)."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        if tensor.device.type == "cuda":
+            return tensor.device
+    return None
+
+
+def rng_state(cuda_device: torch.device | None = None) -> dict[str, Any]:
+    """The torch RNG states: the CPU's and, when training runs on a CUDA device, that device's.
+
+    CUDA is only asked when ``cuda_device`` is given: a gloo rank on the CPU of a GPU machine must
+    not create a CUDA context (memory on every GPU, seconds of start-up) just to save a checkpoint.
+    """
     state: dict[str, Any] = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if cuda_device is not None:
+        state["cuda"] = torch.cuda.get_rng_state(cuda_device)
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what ``rng_state`` returned."""
+def set_rng_state(state: dict[str, Any], cuda_device: torch.device | None = None) -> None:
+    """Restore what ``rng_state`` returned (the CUDA state onto ``cuda_device``, when both exist)."""
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda" in state and cuda_device is not None:
+        torch.cuda.set_rng_state(state["cuda"], cuda_device)
 
 
 def save(
@@ -79,7 +92,7 @@ def save(
         "model": {k: v.detach().cpu() for k, v in module.state_dict().items()},
         "optimizer": optimizer.state_dict(),
         "epoch": int(epoch),
-        "rng": rng_state(),
+        "rng": rng_state(_cuda_device(module)),
         "history": dict(history or {}),
     }
     path = torch_save(checkpoint_path(directory, epoch), state)
@@ -119,5 +132,5 @@ def resume(
     state = load(path)
     getattr(model, "module", model).load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
-    set_rng_state(state["rng"])
+    set_rng_state(state["rng"], _cuda_device(getattr(model, "module", model)))
     return state["epoch"] + 1, state["history"]

@@ -25,9 +25,8 @@ import torch.distributed as dist
 
 from gpulab import checkpoint
 from gpulab.atomic import torch_save, write_json
-from gpulab.cli import add_recipe_options, recipe_from
-from gpulab.experiment import article_model, boston_data, optimizer_for
-from gpulab.launch import exit_worker, prefix_output
+from gpulab.experiment import add_recipe_options, article_model, boston_data, optimizer_for, recipe_from
+from gpulab.rank_io import exit_worker, prefix_output
 from gpulab.train import History, fit
 
 
@@ -45,17 +44,22 @@ def choose_backend(requested: str, local_world_size: int) -> str:
 
 @torch.no_grad()
 def distributed_metrics(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, rank: int, world: int) -> dict:
-    """Test MSE, RMSE and R²: each rank scores its slice of ``X``, the sums are all-reduced."""
+    """Test MSE, RMSE and R²: each rank scores its slice of ``X``; the sums are gathered from every rank.
+
+    The sums are Python floats (float64 on the CPU), never a float64 tensor on the device.
+    """
     was_training = model.training
     model.eval()
     xs, ys = X.tensor_split(world)[rank], y.tensor_split(world)[rank]
-    pred = model(xs).double().reshape(-1) if len(xs) else torch.zeros(0, dtype=torch.float64, device=X.device)
-    yd = ys.double().reshape(-1)
-    sums = torch.stack([((pred - yd) ** 2).sum(), yd.sum(), (yd**2).sum(), torch.tensor(float(len(yd)), device=yd.device, dtype=torch.float64)])
+    pred = model(xs).reshape(-1).cpu().double() if len(xs) else torch.zeros(0, dtype=torch.float64)
+    yd = ys.reshape(-1).cpu().double()
     model.train(was_training)
-    if dist.is_initialized():
-        dist.all_reduce(sums)
-    sse, sy, syy, n = sums.tolist()
+    mine = [((pred - yd) ** 2).sum().item(), yd.sum().item(), (yd**2).sum().item(), float(len(yd))]
+    everyone = [mine]
+    if dist.is_initialized() and world > 1:
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+    sse, sy, syy, n = (math.fsum(part[i] for part in everyone) for i in range(4))
     total = syy - sy * sy / n
     mse = sse / n
     return {"mse": mse, "rmse": math.sqrt(mse), "r2": 1.0 - sse / total if total > 0 else math.nan}

@@ -10,8 +10,10 @@ Intel XPU, then the CPU. Everything here is evaluated when called, never at impo
 
 from __future__ import annotations
 
-import platform
+import platform as _platform
 import re
+import subprocess
+import sys
 from dataclasses import asdict, dataclass
 
 import torch
@@ -58,18 +60,41 @@ def xpu_available() -> bool:
     return bool(xpu is not None and xpu.is_available())
 
 
-def cpu_description() -> str:
-    """The processor's name where the OS tells it, else the architecture."""
-    name = platform.processor() or platform.machine()
+def _linux_cpu_name(path: str = "/proc/cpuinfo") -> str | None:
+    """The ``model name`` line of Linux's cpuinfo file, if the file exists and has one."""
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             for line in f:
                 if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip() or None
     except OSError:
         pass
-    return name or "CPU"
+    return None
+
+
+def _macos_cpu_name(timeout: float = 2.0) -> str | None:
+    """``sysctl -n machdep.cpu.brand_string`` (e.g. "Apple M2"), if it answers within ``timeout`` s."""
+    try:
+        out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                             timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def cpu_description(platform: str | None = None) -> str:
+    """The processor's name as the OS tells it, else the architecture, else ``"CPU"``.
+
+    Linux: ``/proc/cpuinfo``; macOS: ``sysctl``; Windows and others: ``platform.processor()``.
+    ``platform`` (a ``sys.platform`` value) defaults to this machine's.
+    """
+    platform = sys.platform if platform is None else platform
+    name = None
+    if platform.startswith("linux"):
+        name = _linux_cpu_name()
+    elif platform == "darwin":
+        name = _macos_cpu_name()
+    return name or _platform.processor() or _platform.machine() or "CPU"
 
 
 def list_devices() -> list[DeviceInfo]:

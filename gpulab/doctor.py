@@ -1,5 +1,7 @@
 """The environment report behind ``gpulab doctor``: what Python, torch and hardware this machine has.
 
+It also says what the launcher adds to a torchrun run on this OS, and why (``gpulab.rendezvous``).
+
 ``report()`` returns plain data (a dict, JSON-ready); ``format_report()`` turns it into text lines.
 A missing ``nvidia-smi`` is normal on a machine without an NVIDIA GPU and is reported as such.
 """
@@ -14,6 +16,7 @@ import subprocess
 import torch
 
 from gpulab import devices
+from gpulab.rendezvous import current_plan
 
 NVIDIA_SMI_TIMEOUT_S = 10
 
@@ -51,6 +54,13 @@ def nvidia_smi(timeout: float = NVIDIA_SMI_TIMEOUT_S) -> dict:
     return {"found": True, "gpus": gpus, "note": note}
 
 
+def torchrun_settings() -> dict:
+    """``gpulab.rendezvous``'s plan for this machine, plus ``kept``: variables already set here win."""
+    plan = current_plan(single_machine=True).to_dict()
+    plan["kept"] = {name: os.environ[name] for name in plan["env"] if name in os.environ}
+    return plan
+
+
 def report() -> dict:
     """Everything ``gpulab doctor`` prints, as JSON-ready data."""
     return {
@@ -65,6 +75,7 @@ def report() -> dict:
         "nvidia_smi": nvidia_smi(),
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
+        "torchrun": torchrun_settings(),
     }
 
 
@@ -93,6 +104,14 @@ def format_report(data: dict) -> str:
         "distributed  " + ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in dist.items()),
         f"threads      {data['threads']}  (torch.get_num_threads(); {data['cpu_count']} logical CPUs)",
     ]
+    plan = data["torchrun"]
+    lines.append(f"torchrun     what gpulab adds to a run on this machine ({plan['platform']}):")
+    for name, value in zip(plan["flags"][::2], plan["flags"][1::2]):
+        lines.append(f"  {name} {value}: {plan['reasons'][name]}")
+    for name, value in plan["env"].items():
+        kept = plan["kept"].get(name)
+        said = f"{name}={kept} (set here, kept; gpulab would set {value})" if kept is not None else f"{name}={value}"
+        lines.append(f"  {said}: {plan['reasons'][name]}")
     smi = data["nvidia_smi"]
     if smi["found"]:
         lines.append(f"nvidia-smi   found: {smi['note']}")

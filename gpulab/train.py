@@ -47,14 +47,21 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
 
 
 def shard_batches(
-    n: int, batch_size: int, seed: int, epoch: int, rank: int = 0, world_size: int = 1
+    n: int, batch_size: int, seed: int, epoch: int, rank: int = 0, world_size: int = 1,
+    device: str | torch.device | None = None,
 ) -> list[tuple[torch.Tensor, int]]:
-    """This rank's share of each global batch: a list of ``(indices, global_batch_size)``."""
+    """This rank's share of each global batch: a list of ``(indices, global_batch_size)``.
+
+    With ``device``, the epoch's permutation is copied there once and the indices are views of it
+    (no host-to-device copy per step).
+    """
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank={rank!r} must be in 0..{world_size - 1}")
     order = epoch_permutation(n, seed, epoch)
+    if device is not None:
+        order = order.to(device)
     return [
         (batch.tensor_split(world_size)[rank], len(batch))
         for batch in order.split(batch_size)
@@ -63,6 +70,18 @@ def shard_batches(
 
 def _distributed() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def _reduce_totals(model: nn.Module, loss_sum: torch.Tensor, count: int, world_size: int) -> tuple[float, int]:
+    """The epoch's loss sum and sample count over all ranks (one all-reduce over the model's DDP group).
+
+    float32 on the training device: Apple MPS has no float64, and nccl reduces device tensors only.
+    """
+    totals = torch.stack([loss_sum, torch.tensor(float(count), device=loss_sum.device)])
+    if world_size > 1 and _distributed():
+        torch.distributed.all_reduce(totals, group=getattr(model, "process_group", None))
+    loss, n = totals.tolist()
+    return loss, round(n)
 
 
 def fit(
@@ -121,12 +140,12 @@ def fit(
     for epoch in epoch_range:
         synchronize(device)
         start = time.perf_counter()
-        loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+        loss_sum = torch.zeros((), device=device)  # float32: no float64 on MPS
         count = 0
-        if tensors:
+        if tensors:  # the epoch's order goes to the device once; each step indexes with a view of it
             steps = (
-                (X[idx.to(device)], y[idx.to(device)], len(idx) * world_size / total)
-                for idx, total in shard_batches(len(X), batch_size, seed, epoch, rank, world_size)
+                (X[idx], y[idx], len(idx) * world_size / total)
+                for idx, total in shard_batches(len(X), batch_size, seed, epoch, rank, world_size, device=device)
             )
         else:
             steps = ((xb.to(device, non_blocking=True), yb.to(device, non_blocking=True), 1.0) for xb, yb in data)
@@ -146,20 +165,18 @@ def fit(
             else:
                 scaled.backward()
                 optimizer.step()
-            loss_sum += loss.detach().double() * len(xb)
+            loss_sum += loss.detach().float() * len(xb)
             count += len(xb)
         if scheduler is not None:
             scheduler.step()
-        totals = torch.stack([loss_sum, torch.tensor(float(count), device=device, dtype=torch.float64)])
-        if _distributed():
-            torch.distributed.all_reduce(totals)
+        total_loss, total_count = _reduce_totals(model, loss_sum, count, world_size)
         synchronize(device)
         seconds = time.perf_counter() - start
-        mean_loss = (totals[0] / totals[1]).item() if totals[1] > 0 else math.nan
+        mean_loss = total_loss / total_count if total_count > 0 else math.nan
         history.epochs.append(epoch)
         history.loss.append(mean_loss)
         history.seconds.append(seconds)
-        history.samples_per_s.append(totals[1].item() / seconds if seconds > 0 else math.inf)
+        history.samples_per_s.append(total_count / seconds if seconds > 0 else math.inf)
         if bar is not None:
             bar.set_postfix(loss=f"{mean_loss:.3f}")
         if on_epoch_end is not None and on_epoch_end(epoch, history):
@@ -182,7 +199,7 @@ def predict(model: nn.Module, X: torch.Tensor) -> torch.Tensor:
 
 def regression_metrics(pred: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
     """MSE, RMSE and R² of predictions ``pred`` against targets ``y``."""
-    pred, y = pred.detach().double().reshape(-1).cpu(), y.detach().double().reshape(-1).cpu()
+    pred, y = pred.detach().reshape(-1).cpu().double(), y.detach().reshape(-1).cpu().double()  # float64 on the CPU only
     if len(pred) != len(y) or len(y) == 0:
         raise ValueError(f"need equal, non-empty predictions and targets, got {len(pred)} and {len(y)}")
     mse = torch.mean((pred - y) ** 2).item()

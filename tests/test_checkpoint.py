@@ -28,7 +28,7 @@ def train(recipe: Recipe, directory=None, stop_after: int | None = None, resume:
         return stop_after is not None and epoch + 1 >= stop_after
 
     fit(model, (data.X_train, data.y_train), epochs=recipe.epochs, optimizer=opt, batch_size=recipe.batch_size,
-        seed=recipe.seed, progress=False, start_epoch=start, on_epoch_end=on_end)
+        seed=recipe.seed, progress=False, start_epoch=start, on_epoch_end=on_end, device="cpu")
     return model.state_dict(), start
 
 
@@ -118,3 +118,34 @@ def test_rng_state_round_trip():
     a = torch.rand(3)
     checkpoint.set_rng_state(state)
     assert torch.equal(a, torch.rand(3))
+
+
+def test_a_cpu_rank_never_asks_cuda_for_its_rng_state(tmp_path, monkeypatch):
+    """A gloo rank on a GPU machine trains on the CPU: saving or resuming must not create a CUDA context."""
+    def no_cuda(name):
+        def refuse(*args, **kwargs):
+            raise AssertionError(f"a CPU model's checkpoint called torch.cuda.{name}")
+        return refuse
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine ...
+    for name in ("get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all"):
+        monkeypatch.setattr(torch.cuda, name, no_cuda(name))
+    recipe = Recipe(epochs=2)
+    train(recipe, tmp_path)  # ... where this model trains on the CPU
+    state = checkpoint.load(checkpoint.latest(tmp_path))
+    assert set(state["rng"]) == {"torch"}
+    _, model, opt = small_setup(recipe)
+    assert checkpoint.resume(tmp_path, model, opt)[0] == 2
+
+
+def test_a_cuda_model_keeps_the_rng_state_of_its_own_device_only(monkeypatch):
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: asked.append(device) or torch.zeros(8, dtype=torch.uint8))
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: pytest.fail("every GPU was asked"))
+    state = checkpoint.rng_state(torch.device("cuda", 1))
+    assert asked == [torch.device("cuda", 1)] and set(state) == {"torch", "cuda"}
+    restored = []
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s, device: restored.append(device))
+    checkpoint.set_rng_state(state, torch.device("cuda", 1))
+    checkpoint.set_rng_state(state, None)  # resumed on a machine without that GPU: the CPU state only
+    assert restored == [torch.device("cuda", 1)]

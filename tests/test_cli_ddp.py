@@ -44,12 +44,51 @@ def exit_code(argv: list[str]) -> int:
 
 
 def test_nccl_without_enough_gpus_is_an_error(capsys, monkeypatch):
-    from gpulab import launch
+    from gpulab import torchrun_command
 
-    monkeypatch.setattr(launch, "gpu_count", lambda: 0)
+    monkeypatch.setattr(torchrun_command, "gpu_count", lambda: 0)
     assert exit_code(["ddp", "--nproc", "2", "--backend", "nccl"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "need 2 GPUs" in err[0]
+
+
+@pytest.mark.parametrize("gpus, nproc, backend, says", [
+    (1, 2, "gloo", True),   # one GPU, two ranks: auto falls back to gloo on the CPU, and says so
+    (0, 2, "gloo", False),  # no GPU: gloo is the only choice, nothing to say
+    (2, 2, "nccl", False),  # one GPU per rank: nccl
+])
+def test_auto_backend_fallback_is_said_clearly(gpus, nproc, backend, says, capsys, monkeypatch):
+    from gpulab import torchrun, torchrun_command
+
+    launched = []
+    monkeypatch.setattr(torchrun_command, "gpu_count", lambda: gpus)
+    monkeypatch.setattr(torchrun, "launch", lambda target, args, **kw: launched.append((args, kw)))
+    assert exit_code(["ddp", "--nproc", str(nproc), "--epochs", "1"]) == 0
+    args, kw = launched[0]
+    assert args[args.index("--backend") + 1] == backend and kw["backend"] == backend
+    out = capsys.readouterr().out
+    if says:
+        assert "note: 2 ranks but 1 CUDA GPU(s)" in out and "on the CPU with gloo" in out and "--nproc 1" in out
+    else:
+        assert "note:" not in out
+
+
+def test_train_ddp_says_so_too(monkeypatch):
+    from gpulab import launch, torchrun_command
+
+    monkeypatch.setattr(torchrun_command, "gpu_count", lambda: 1)
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def no_launch(*args, **kwargs):
+        raise Stop
+
+    monkeypatch.setattr(launch, "Torchrun", no_launch)
+    with pytest.raises(Stop):
+        launch.train_ddp(2, on_line=seen.append)
+    assert seen and seen[0].startswith("note: 2 ranks but 1 CUDA GPU(s)")
 
 
 @pytest.mark.slow

@@ -30,6 +30,8 @@ def test_doctor_text_report(capsys):
     assert "gloo: yes" in out or "gloo: no" in out
     assert f"threads      {torch.get_num_threads()}" in out
     assert "nvidia-smi" in out
+    assert f"torchrun     what gpulab adds to a run on this machine ({sys.platform})" in out
+    assert "  --local-addr 127.0.0.1: " in out
     assert "/work/" not in out and "/home/" not in out
 
 
@@ -43,6 +45,11 @@ def test_doctor_json_report(capsys):
     assert data["distributed"]["gloo"] == torch.distributed.is_gloo_available()
     assert data["threads"] == torch.get_num_threads()
     assert isinstance(data["nvidia_smi"]["found"], bool)
+    from gpulab.rendezvous import current_plan
+
+    plan = current_plan()
+    assert data["torchrun"]["flags"] == plan.flags and data["torchrun"]["env"] == plan.env
+    assert set(data["torchrun"]["reasons"]) == {"--local-addr", *plan.env}
 
 
 def test_doctor_says_a_missing_nvidia_smi_is_normal(monkeypatch):

@@ -47,3 +47,35 @@ def test_format_table_lists_every_row():
     lines = crossover.format_table(report).splitlines()
     assert len(lines) == 3
     assert lines[1].split()[:3] == ["boston", "1", "plain"] and lines[2].endswith("0.50x")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"ranks": [], "boston_epochs": 2, "synthetic_epochs": 2}, "ranks="),
+    ({"ranks": [0, 2], "boston_epochs": 2, "synthetic_epochs": 2}, "ranks="),
+    ({"ranks": [2], "boston_epochs": 0, "synthetic_epochs": 2}, "boston_epochs=0"),
+    ({"ranks": [2], "boston_epochs": 2, "synthetic_epochs": -1}, "synthetic_epochs=-1"),
+])
+def test_measure_rejects_bad_arguments_before_launching(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        crossover.measure(**kwargs)
+
+
+@pytest.mark.slow
+def test_one_launch_measures_every_rank_count(monkeypatch):
+    from gpulab import torchrun
+
+    launches = []
+    real_launch = torchrun.launch
+
+    def counting_launch(*args, **kwargs):
+        launches.append(kwargs["nproc"])
+        return real_launch(*args, **kwargs)
+
+    monkeypatch.setattr(torchrun, "launch", counting_launch)
+    report = crossover.measure(ranks=[1, 2], boston_epochs=3, synthetic_epochs=0, timeout=120, log=lambda s: None)
+    assert launches == [2]  # one torchrun for both rank counts
+    got = sorted((r["problem"], r["ranks"], r["how"]) for r in report["rows"])
+    assert got == [("boston", 1, "ddp"), ("boston", 1, "plain"), ("boston", 2, "ddp")]  # synthetic_epochs=0: Boston only
+    assert set(report["boston_weight_difference"]) == {"1", "2"}
+    assert all(d <= 1e-5 for d in report["boston_weight_difference"].values())  # each group trained the same model
+    assert all(r["median_epoch_s"] > 0 and r["speedup"] > 0 for r in report["rows"])

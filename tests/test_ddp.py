@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import signal
+import json
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -51,6 +52,14 @@ def test_distributed_metrics_match_plain_metrics_in_one_process():
     assert got == pytest.approx(want, rel=1e-9)
 
 
+def test_worker_imports_no_command_line_or_launcher():
+    code = "import json, sys, gpulab.ddp_worker; print(json.dumps([m for m in sys.modules if m.startswith('gpulab.')]))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    loaded = json.loads(out.stdout)
+    assert "gpulab.experiment" in loaded
+    assert not [m for m in loaded if m.startswith(("gpulab.cli", "gpulab.launch", "gpulab.torchrun"))], loaded
+
+
 def test_worker_refuses_to_run_outside_torchrun(monkeypatch, capsys):
     from gpulab import ddp_worker
 
@@ -82,9 +91,8 @@ def test_killed_worker_is_restarted_and_resumes_to_the_same_weights(tmp_path):
 
     def kill_rank_1_mid_training(line: str) -> None:
         if not killed and line.startswith("[rank 0] epoch  10/30"):  # epoch 10's checkpoint is on disk
-            pid = runs[0].rank_pid(1)
+            pid = runs[0].kill_rank(1)  # at once, like a crash (SIGKILL on POSIX)
             assert pid is not None
-            os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
     result = train_ddp(2, recipe, timeout=90, checkpoint_dir=tmp_path, max_restarts=1, log_every=1,

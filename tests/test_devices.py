@@ -124,3 +124,64 @@ def test_fake_mps_is_listed_and_picked(monkeypatch):
         devices.pick_device("mps:1")
     with pytest.raises(ValueError, match="no cuda device"):
         devices.pick_device("cuda")
+
+
+# ----------------------------------------------------------------------------- the CPU's name on each OS
+
+
+def test_cpu_name_on_linux_comes_from_cpuinfo(monkeypatch, tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Fake EPYC 9999\n")
+    assert devices._linux_cpu_name(str(info)) == "Fake EPYC 9999"
+    monkeypatch.setattr(devices.subprocess, "run", lambda *a, **k: pytest.fail("no sysctl on Linux"))
+    monkeypatch.setattr(devices, "_linux_cpu_name", lambda: "Fake EPYC 9999")
+    assert devices.cpu_description("linux") == "Fake EPYC 9999"
+
+
+def test_linux_without_cpuinfo_falls_back_to_the_architecture(monkeypatch, tmp_path):
+    assert devices._linux_cpu_name(str(tmp_path / "missing")) is None
+    monkeypatch.setattr(devices, "_linux_cpu_name", lambda: None)
+    monkeypatch.setattr(devices._platform, "processor", lambda: "")
+    monkeypatch.setattr(devices._platform, "machine", lambda: "aarch64")
+    assert devices.cpu_description("linux") == "aarch64"
+
+
+def test_macos_asks_sysctl_with_a_timeout(monkeypatch):
+    import subprocess
+
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append((cmd, kwargs.get("timeout")))
+        return subprocess.CompletedProcess(cmd, 0, "Apple M3 Pro\n", "")
+
+    monkeypatch.setattr(devices.subprocess, "run", fake_run)
+    monkeypatch.setattr(devices, "_linux_cpu_name", lambda: pytest.fail("macOS has no cpuinfo file"))
+    assert devices.cpu_description("darwin") == "Apple M3 Pro"
+    assert calls[0][0] == ["sysctl", "-n", "machdep.cpu.brand_string"] and 0 < calls[0][1] <= 5
+
+
+@pytest.mark.parametrize("failure", ["timeout", "missing", "status"])
+def test_macos_falls_back_when_sysctl_fails(monkeypatch, failure):
+    import subprocess
+
+    def fake_run(cmd, **kwargs):
+        if failure == "timeout":
+            raise subprocess.TimeoutExpired(cmd, kwargs["timeout"])
+        if failure == "missing":
+            raise FileNotFoundError(cmd[0])
+        return subprocess.CompletedProcess(cmd, 1, "", "unknown oid")
+
+    monkeypatch.setattr(devices.subprocess, "run", fake_run)
+    monkeypatch.setattr(devices._platform, "processor", lambda: "arm")
+    assert devices.cpu_description("darwin") == "arm"
+
+
+def test_windows_uses_platform_processor(monkeypatch):
+    monkeypatch.setattr(devices.subprocess, "run", lambda *a, **k: pytest.fail("no sysctl on Windows"))
+    monkeypatch.setattr(devices, "_linux_cpu_name", lambda: pytest.fail("no cpuinfo on Windows"))
+    monkeypatch.setattr(devices._platform, "processor", lambda: "Intel64 Family 6 Model 154, GenuineIntel")
+    assert devices.cpu_description("win32") == "Intel64 Family 6 Model 154, GenuineIntel"
+    monkeypatch.setattr(devices._platform, "processor", lambda: "")
+    monkeypatch.setattr(devices._platform, "machine", lambda: "")
+    assert devices.cpu_description("win32") == "CPU"

@@ -14,8 +14,11 @@ Rules (a failing rule names the file to fix):
 """
 from __future__ import annotations
 
+import ast
 import os
 import re
+import sys
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
@@ -231,6 +234,27 @@ def test_gpulab_itself_is_installed(conda_env, binder_env):
     assert re.search(r"^\s*(python -m )?pip install --no-deps -e \.\s*$", post.read_text(), re.M), (
         "binder/postBuild must run `pip install --no-deps -e .`"
     )
+
+
+def imported_top_level_modules(package: Path) -> set[str]:
+    """Every top-level module the package's code imports (also inside functions), itself and stdlib excluded."""
+    found: set[str] = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return found - set(sys.stdlib_module_names) - {package.name, "__future__"}
+
+
+def test_every_package_gpulab_imports_is_a_runtime_dependency(runtime):
+    """gpulab imports psutil, torch, ...: each must be declared, or a clean install breaks at run time."""
+    modules = imported_top_level_modules(ROOT / "gpulab")
+    assert "psutil" in modules  # the process handling of the launcher (no /proc, no POSIX signals)
+    owners = packages_distributions()
+    undeclared = {m: owners.get(m, [m]) for m in modules if not {norm(d) for d in owners.get(m, [m])} & set(runtime)}
+    assert not undeclared, f"gpulab imports modules whose package pyproject.toml does not list: {undeclared}"
 
 
 # ---- the readers reject what they cannot read -----------------------------------------------------

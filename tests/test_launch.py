@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import selectors
 import subprocess
 import sys
 import textwrap
@@ -11,7 +10,7 @@ import time
 
 import pytest
 
-from gpulab import launch
+from gpulab import launch, torchrun_command as command_module
 from gpulab.launch import LaunchError, LaunchTimeout, Torchrun, alive, check_nproc, torchrun_command
 
 # A worker script: prefixed whole lines; behaviour chosen by its first argument.
@@ -33,6 +32,9 @@ SCRIPT = textwrap.dedent(
     elif mode == "sleep":  # silent after 'ready': writing to a closed pipe would end it anyway
         print("ready", flush=True)
         time.sleep(120)
+    elif mode == "env":
+        for name in ("MASTER_ADDR", "GLOO_SOCKET_IFNAME", "USE_LIBUV", "OMP_NUM_THREADS"):
+            print(f"{name}={os.environ.get(name)}")
     elif mode == "tick":
         print("ready", flush=True)
         for _ in range(600):
@@ -59,10 +61,7 @@ def wait_for_ranks(run: Torchrun, n: int, limit: float = 30.0) -> list[int]:
     deadline = time.monotonic() + limit
     run.on_line = lambda line: ready.add(launch.line_rank(line)) if line.endswith("ready") else None
     while len(ready) < n and time.monotonic() < deadline:
-        with selectors.DefaultSelector() as sel:
-            sel.register(run.proc.stdout, selectors.EVENT_READ)
-            if sel.select(0.2):
-                run._feed(os.read(run.proc.stdout.fileno(), 65536))
+        run.pump(0.2)
     assert len(ready) == n, run.lines
     pids = run.worker_pids()
     assert len(pids) >= n
@@ -83,14 +82,14 @@ def test_check_nproc_rejects_bad_values(bad):
 
 
 def test_check_nproc_backends(monkeypatch):
-    monkeypatch.setattr(launch, "gpu_count", lambda: 0)
+    monkeypatch.setattr(command_module, "gpu_count", lambda: 0)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     assert check_nproc(1) == "gloo"
     with pytest.raises(ValueError, match="need 2 GPUs, this machine has 0"):
         check_nproc(2, "nccl")
     with pytest.raises(ValueError, match="backend='mpi'"):
         check_nproc(1, "mpi")
-    monkeypatch.setattr(launch, "gpu_count", lambda: 2)
+    monkeypatch.setattr(command_module, "gpu_count", lambda: 2)
     assert check_nproc(2) == "nccl"
     assert check_nproc(3) == "gloo"  # more ranks than GPUs: auto falls back to gloo
     with pytest.raises(ValueError, match="need 3 GPUs"):
@@ -98,7 +97,7 @@ def test_check_nproc_backends(monkeypatch):
 
 
 def test_more_ranks_than_cores_warns(monkeypatch):
-    monkeypatch.setattr(launch, "gpu_count", lambda: 0)
+    monkeypatch.setattr(command_module, "gpu_count", lambda: 0)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     with pytest.warns(UserWarning, match="3 ranks on 2 CPU cores"):
         assert check_nproc(3) == "gloo"
@@ -108,10 +107,13 @@ def test_torchrun_command_shapes():
     one = torchrun_command("gpulab.ddp_worker", ["--epochs", 3], nproc=2)
     assert one[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert "--standalone" in one and one[-4:] == ["-m", "gpulab.ddp_worker", "--epochs", "3"]
+    assert one[one.index("--local-addr") + 1] == "127.0.0.1"  # one machine: the ranks meet on loopback
     two = torchrun_command("train.py", [], nproc=1, module=False, nnodes=2, node_rank=1, master_port=29600)
     assert "--standalone" not in two and "-m" not in two[3:]
     assert two[two.index("--node-rank") + 1] == "1" and two[two.index("--master-addr") + 1] == "127.0.0.1"
-    assert two[-1] == "train.py"
+    assert "--local-addr" in two and two[-1] == "train.py"  # two "nodes" on this machine
+    far = torchrun_command("train.py", [], nproc=1, module=False, nnodes=2, master_addr="10.0.0.1", master_port=29600)
+    assert "--local-addr" not in far  # real nodes: each finds its own address
 
 
 @pytest.mark.parametrize(
@@ -141,6 +143,20 @@ def test_lines_are_whole_and_prefixed(script):
         mine = result.rank_lines(rank)
         assert mine == [f"line {i:03d} of rank {rank} " + "x" * 200 for i in range(300)]
     assert all(launch.line_rank(line) is not None or "[rank" not in line for line in result.lines)
+
+
+@pytest.mark.slow
+def test_ranks_get_the_settings_of_this_os(script, monkeypatch):
+    from gpulab.rendezvous import current_plan
+
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    result = launch.launch(script, ["env"], nproc=2, module=False, timeout=60, on_line=None)
+    plan = current_plan()
+    for rank in (0, 1):
+        seen = dict(line.split("=", 1) for line in result.rank_lines(rank))
+        assert seen["MASTER_ADDR"] == "127.0.0.1" and seen["OMP_NUM_THREADS"] == "1"
+        for name in ("GLOO_SOCKET_IFNAME", "USE_LIBUV"):
+            assert seen[name] == plan.env.get(name, "None")
 
 
 @pytest.mark.slow

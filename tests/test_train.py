@@ -235,3 +235,94 @@ def test_max_abs_difference_finds_the_largest_gap_and_rejects_other_names():
     assert max_abs_difference(a, a) == 0.0
     with pytest.raises(ValueError, match="names differ"):
         max_abs_difference(a, {"w": a["w"]})
+
+
+# ------------------------------------------------------------------ no float64 on an accelerator (Apple MPS)
+
+
+class NoFloat64(torch.utils._python_dispatch.TorchDispatchMode):
+    """Make the CPU behave like Apple MPS for dtypes: any op that produces a float64 tensor raises."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.dtype == torch.float64:
+                raise TypeError(f"{func} made a float64 tensor: MPS has no float64")
+        return out
+
+
+def test_the_mps_simulation_catches_float64():
+    with NoFloat64(), pytest.raises(TypeError, match="MPS has no float64"):
+        torch.zeros((), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("loader", [False, True])
+def test_fit_makes_no_float64_tensor_on_the_training_device(loader):
+    """Every tensor fit makes lives on the training device: with float64 forbidden there, fit still runs."""
+    X, y = _data()
+    model = _model()
+    data = DataLoader(TensorDataset(X, y), batch_size=16) if loader else (X, y)
+    with NoFloat64():
+        h = fit(model, data, epochs=3, batch_size=16, device="cpu", progress=False)
+    assert len(h.loss) == 3 and all(math.isfinite(v) for v in h.loss)
+
+
+def test_float32_loss_accumulation_matches_a_float64_sum():
+    X, y = _data(n=203)
+    model = _model()
+    h = fit(model, (X, y), epochs=1, batch_size=32, lr=0.0, device="cpu", progress=False)
+    with torch.no_grad():  # lr 0: the weights never change, so the epoch's mean loss is the full-data loss
+        expected = nn.MSELoss()(model(X).double(), y.double()).item()
+    assert h.loss[0] == pytest.approx(expected, rel=1e-6)
+
+
+# ------------------------------------------------------------------ the epoch's order goes to the device once
+
+
+class CountIndexCopies(torch.overrides.TorchFunctionMode):
+    """Count ``.to(...)`` calls on integer (index) tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.copies = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.to and args and not args[0].is_floating_point():
+            self.copies += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_indices_are_moved_to_the_device_once_per_epoch(world):
+    X, y = _data(n=50)
+    with CountIndexCopies() as counter:
+        fit(_model(), (X, y), epochs=3, batch_size=10, device="cpu", progress=False, rank=world - 1,
+            world_size=world)
+    assert counter.copies == 3  # 5 steps per epoch: one copy per epoch, not two per step
+
+
+def test_shard_batches_on_a_device_are_views_of_one_permutation():
+    shards = shard_batches(50, 10, seed=0, epoch=1, rank=1, world_size=2, device="meta")
+    assert all(idx.device.type == "meta" for idx, _ in shards)
+    base = shards[0][0]._base
+    assert base is not None and all(idx._base is base for idx, _ in shards)  # slices of one copy
+
+
+def test_totals_are_reduced_over_the_model_group_in_float32(monkeypatch):
+    """With a process group up, fit all-reduces [loss sum, count] once per epoch over the DDP model's group."""
+    from gpulab import train
+
+    calls = []
+
+    def fake_all_reduce(tensor, group=None):
+        calls.append((tensor.dtype, group))
+        tensor.mul_(2)  # as if a second rank had the same sums
+
+    monkeypatch.setattr(train, "_distributed", lambda: True)
+    monkeypatch.setattr(torch.distributed, "all_reduce", fake_all_reduce)
+    X, y = _data(n=40)
+    model = _model()
+    model.process_group = "group-of-this-model"  # what DistributedDataParallel carries
+    h = fit(model, (X, y), epochs=2, batch_size=40, device="cpu", progress=False, rank=0, world_size=2)
+    assert calls == [(torch.float32, "group-of-this-model")] * 2
+    assert h.samples_per_s[0] == pytest.approx(40 / h.seconds[0])  # 2 x this rank's 20 rows

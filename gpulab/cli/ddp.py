@@ -10,7 +10,8 @@ import argparse
 import os
 import sys
 
-from gpulab.cli import add_recipe_options, non_negative_int, positive_float, positive_int, recipe_from
+from gpulab.argtypes import non_negative_int, positive_float, positive_int
+from gpulab.experiment import add_recipe_options, recipe_from
 
 
 def port(text: str) -> int:
@@ -47,7 +48,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate, launch torchrun, stream its output; 0 on success, 1 if a rank failed."""
-    from gpulab.launch import LaunchError, check_nproc, launch, worker_args
+    from gpulab.launch import worker_args
+    from gpulab.launch_result import LaunchError
+    from gpulab.torchrun import launch
+    from gpulab.torchrun_command import backend_note, check_nproc
 
     if args.node_rank >= args.nnodes:
         raise ValueError(f"--node-rank {args.node_rank} must be below --nnodes {args.nnodes} (0..{args.nnodes - 1})")
@@ -55,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--nnodes above 1 needs --master-port (and --master-addr of node 0)")
     recipe = recipe_from(args)
     backend = check_nproc(args.nproc, args.backend)
+    note = backend_note(args.nproc, args.backend, backend)
+    if note:
+        print(note, flush=True)
     absolute = {k: os.path.abspath(v) if v else None for k, v in
                 (("save", args.save), ("json", args.json), ("ckpt", args.checkpoint_dir))}
     wargs = worker_args(recipe, backend=backend, save=absolute["save"], json_path=absolute["json"],

@@ -12,7 +12,7 @@ import time
 import torch
 from torch import nn
 
-from gpulab.cli import add_recipe_options, recipe_from
+from gpulab.experiment import add_recipe_options, recipe_from
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
