@@ -16,7 +16,7 @@ with the baseline's: DDP with any number of ranks should train the same model.
 
 Run by torchrun (``-m gpulab.crossover --worker``) this module is the worker; ``measure`` (used by
 notebook 07) and ``main`` (``benchmarks/crossover.py``) are the driver, which launches torchrun once
-through ``gpulab.torchrun`` and prints a table (and JSON).
+through ``gpulab.distributed.torchrun`` and prints a table (and JSON).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def measure(ranks: list[int], boston_epochs: int, synthetic_epochs: int, timeout
 
     ``synthetic_epochs=0`` measures the Boston problem only.
     """
-    from gpulab.torchrun import launch
+    from gpulab.distributed.torchrun import launch
 
     ranks = sorted(set(ranks))
     if not ranks or ranks[0] < 1:
@@ -224,6 +224,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from gpulab.rank_io import exit_worker
+    from gpulab.distributed.rank_io import exit_worker
 
     exit_worker(main())  # under torchrun the process group is already destroyed (worker's finally)

@@ -1,6 +1,6 @@
 """The environment report behind ``gpulab doctor``: what Python, torch and hardware this machine has.
 
-It also says what the launcher adds to a torchrun run on this OS, and why (``gpulab.rendezvous``).
+It also says what the launcher adds to a torchrun run on this OS, and why (``gpulab.distributed.rendezvous``).
 
 ``report()`` returns plain data (a dict, JSON-ready); ``format_report()`` turns it into text lines.
 A missing ``nvidia-smi`` is normal on a machine without an NVIDIA GPU and is reported as such.
@@ -16,7 +16,7 @@ import subprocess
 import torch
 
 from gpulab import devices
-from gpulab.rendezvous import current_plan
+from gpulab.distributed.rendezvous import current_plan
 
 NVIDIA_SMI_TIMEOUT_S = 10
 
@@ -55,7 +55,7 @@ def nvidia_smi(timeout: float = NVIDIA_SMI_TIMEOUT_S) -> dict:
 
 
 def torchrun_settings() -> dict:
-    """``gpulab.rendezvous``'s plan for this machine, plus ``kept``: variables already set here win."""
+    """``gpulab.distributed.rendezvous``'s plan for this machine, plus ``kept``: variables already set here win."""
     plan = current_plan(single_machine=True).to_dict()
     plan["kept"] = {name: os.environ[name] for name in plan["env"] if name in os.environ}
     return plan

@@ -151,7 +151,7 @@ def check_torch_build() -> Check:
 def check_rendezvous(timeout: float = 60.0) -> Check:
     """Two gloo ranks meet on 127.0.0.1 and all-reduce (notebooks 05-07 need this)."""
     try:
-        from gpulab import loopback
+        from gpulab.distributed import loopback
 
         result = loopback.rendezvous(2, timeout)
     except Exception as exc:  # torch missing or broken
@@ -174,7 +174,7 @@ def start_new_kernel(**kwargs):
 
 
 def _tail(log) -> str:
-    from gpulab.loopback import last_line
+    from gpulab.distributed.loopback import last_line
 
     line = last_line(log)
     return f" ({line})" if line else ""

@@ -44,7 +44,7 @@ def exit_code(argv: list[str]) -> int:
 
 
 def test_nccl_without_enough_gpus_is_an_error(capsys, monkeypatch):
-    from gpulab import torchrun_command
+    from gpulab.distributed import torchrun_command
 
     monkeypatch.setattr(torchrun_command, "gpu_count", lambda: 0)
     assert exit_code(["ddp", "--nproc", "2", "--backend", "nccl"]) == 2
@@ -58,7 +58,7 @@ def test_nccl_without_enough_gpus_is_an_error(capsys, monkeypatch):
     (2, 2, "nccl", False),  # one GPU per rank: nccl
 ])
 def test_auto_backend_fallback_is_said_clearly(gpus, nproc, backend, says, capsys, monkeypatch):
-    from gpulab import torchrun, torchrun_command
+    from gpulab.distributed import torchrun, torchrun_command
 
     launched = []
     monkeypatch.setattr(torchrun_command, "gpu_count", lambda: gpus)
@@ -74,7 +74,7 @@ def test_auto_backend_fallback_is_said_clearly(gpus, nproc, backend, says, capsy
 
 
 def test_train_ddp_says_so_too(monkeypatch):
-    from gpulab import launch, torchrun_command
+    from gpulab.distributed import launch, torchrun_command
 
     monkeypatch.setattr(torchrun_command, "gpu_count", lambda: 1)
     seen = []

@@ -45,7 +45,7 @@ def test_doctor_json_report(capsys):
     assert data["distributed"]["gloo"] == torch.distributed.is_gloo_available()
     assert data["threads"] == torch.get_num_threads()
     assert isinstance(data["nvidia_smi"]["found"], bool)
-    from gpulab.rendezvous import current_plan
+    from gpulab.distributed.rendezvous import current_plan
 
     plan = current_plan()
     assert data["torchrun"]["flags"] == plan.flags and data["torchrun"]["env"] == plan.env

@@ -62,7 +62,7 @@ def test_measure_rejects_bad_arguments_before_launching(kwargs, match):
 
 @pytest.mark.slow
 def test_one_launch_measures_every_rank_count(monkeypatch):
-    from gpulab import torchrun
+    from gpulab.distributed import torchrun
 
     launches = []
     real_launch = torchrun.launch

@@ -10,9 +10,9 @@ import threading
 import pytest
 import torch
 
-from gpulab.ddp_worker import choose_backend, distributed_metrics, parse_args
+from gpulab.distributed.ddp_worker import choose_backend, distributed_metrics, parse_args
 from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
-from gpulab.launch import free_port, train_ddp
+from gpulab.distributed.launch import free_port, train_ddp
 from gpulab.train import fit, max_abs_difference, regression_metrics
 
 EPOCHS = 20
@@ -53,15 +53,15 @@ def test_distributed_metrics_match_plain_metrics_in_one_process():
 
 
 def test_worker_imports_no_command_line_or_launcher():
-    code = "import json, sys, gpulab.ddp_worker; print(json.dumps([m for m in sys.modules if m.startswith('gpulab.')]))"
+    code = "import json, sys, gpulab.distributed.ddp_worker; print(json.dumps([m for m in sys.modules if m.startswith('gpulab.')]))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     loaded = json.loads(out.stdout)
     assert "gpulab.experiment" in loaded
-    assert not [m for m in loaded if m.startswith(("gpulab.cli", "gpulab.launch", "gpulab.torchrun"))], loaded
+    assert not [m for m in loaded if m.startswith(("gpulab.cli", "gpulab.distributed.launch", "gpulab.distributed.torchrun"))], loaded
 
 
 def test_worker_refuses_to_run_outside_torchrun(monkeypatch, capsys):
-    from gpulab import ddp_worker
+    from gpulab.distributed import ddp_worker
 
     monkeypatch.delenv("RANK", raising=False)
     assert ddp_worker.main(["--epochs", "1"]) == 2
@@ -134,9 +134,9 @@ def test_two_nodes_on_one_machine_equal_one_node(reference):
 @pytest.mark.parametrize(
     "command",
     [
-        "torchrun --standalone --nproc-per-node 4 -m gpulab.ddp_worker",
-        "torchrun --nproc_per_node=4 --standalone -m gpulab.ddp_worker --epochs 5",
-        "python -m torch.distributed.run --standalone --nproc-per-node=4 -m gpulab.ddp_worker",
+        "torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.ddp_worker",
+        "torchrun --nproc_per_node=4 --standalone -m gpulab.distributed.ddp_worker --epochs 5",
+        "python -m torch.distributed.run --standalone --nproc-per-node=4 -m gpulab.distributed.ddp_worker",
     ],
 )
 def test_exercise_accepts_right_commands(command):
@@ -151,11 +151,11 @@ def test_exercise_accepts_right_commands(command):
     [
         ("python -m torch.distributed.launch --nproc_per_node=4 main.py", "deprecated"),
         ("python main.py", "start with torchrun"),
-        ("torchrun --standalone -m gpulab.ddp_worker", "--nproc-per-node"),
-        ("torchrun --standalone --nproc-per-node 2 -m gpulab.ddp_worker", "asks for 4"),
-        ("torchrun --nproc-per-node 4 -m gpulab.ddp_worker", "--standalone"),
-        ("torchrun --standalone --nproc-per-node 4 gpulab/ddp_worker", "-m gpulab.ddp_worker"),
-        ("torchrun --nproc-per-node 4 -m gpulab.ddp_worker --standalone", "--standalone"),
+        ("torchrun --standalone -m gpulab.distributed.ddp_worker", "--nproc-per-node"),
+        ("torchrun --standalone --nproc-per-node 2 -m gpulab.distributed.ddp_worker", "asks for 4"),
+        ("torchrun --nproc-per-node 4 -m gpulab.distributed.ddp_worker", "--standalone"),
+        ("torchrun --standalone --nproc-per-node 4 gpulab/ddp_worker", "-m gpulab.distributed.ddp_worker"),
+        ("torchrun --nproc-per-node 4 -m gpulab.distributed.ddp_worker --standalone", "--standalone"),
         ("", "one string"),
         (None, "one string"),
         ("torchrun 'unclosed", "does not parse"),

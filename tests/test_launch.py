@@ -10,14 +10,14 @@ import time
 
 import pytest
 
-from gpulab import launch, torchrun_command as command_module
-from gpulab.launch import LaunchError, LaunchTimeout, Torchrun, alive, check_nproc, torchrun_command
+from gpulab.distributed import launch, torchrun_command as command_module
+from gpulab.distributed.launch import LaunchError, LaunchTimeout, Torchrun, alive, check_nproc, torchrun_command
 
 # A worker script: prefixed whole lines; behaviour chosen by its first argument.
 SCRIPT = textwrap.dedent(
     """
     import os, sys, time
-    from gpulab.launch import prefix_output
+    from gpulab.distributed.launch import prefix_output
     rank = int(os.environ["RANK"])
     prefix_output(rank)
     mode = sys.argv[1]
@@ -104,9 +104,9 @@ def test_more_ranks_than_cores_warns(monkeypatch):
 
 
 def test_torchrun_command_shapes():
-    one = torchrun_command("gpulab.ddp_worker", ["--epochs", 3], nproc=2)
+    one = torchrun_command("gpulab.distributed.ddp_worker", ["--epochs", 3], nproc=2)
     assert one[:3] == [sys.executable, "-m", "torch.distributed.run"]
-    assert "--standalone" in one and one[-4:] == ["-m", "gpulab.ddp_worker", "--epochs", "3"]
+    assert "--standalone" in one and one[-4:] == ["-m", "gpulab.distributed.ddp_worker", "--epochs", "3"]
     assert one[one.index("--local-addr") + 1] == "127.0.0.1"  # one machine: the ranks meet on loopback
     two = torchrun_command("train.py", [], nproc=1, module=False, nnodes=2, node_rank=1, master_port=29600)
     assert "--standalone" not in two and "-m" not in two[3:]
@@ -147,7 +147,7 @@ def test_lines_are_whole_and_prefixed(script):
 
 @pytest.mark.slow
 def test_ranks_get_the_settings_of_this_os(script, monkeypatch):
-    from gpulab.rendezvous import current_plan
+    from gpulab.distributed.rendezvous import current_plan
 
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
     result = launch.launch(script, ["env"], nproc=2, module=False, timeout=60, on_line=None)
@@ -212,7 +212,7 @@ def test_interpreter_exit_stops_workers(script, tmp_path):
         import sys, time
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_launch import command, wait_for_ranks
-        from gpulab.launch import Torchrun
+        from gpulab.distributed.launch import Torchrun
         run = Torchrun(command({script!r}, "sleep"), on_line=None).start()
         pids = wait_for_ranks(run, 2) + [run.pid]
         print(" ".join(map(str, pids)), flush=True)

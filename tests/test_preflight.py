@@ -11,7 +11,9 @@ import psutil
 import pytest
 import torch
 
-from gpulab import cli, doctor, loopback, preflight
+from gpulab import cli, doctor, preflight
+
+from gpulab.distributed import loopback
 from gpulab.preflight import NOTE, OK, PROBLEM, Check
 
 

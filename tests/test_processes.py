@@ -1,4 +1,4 @@
-"""gpulab.processes: the process tree, stopping, and the line reader; fakes for what one OS cannot show."""
+"""gpulab.distributed.processes: the process tree, stopping, and the line reader; fakes for what one OS cannot show."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import time
 import psutil
 import pytest
 
-from gpulab import processes
-from gpulab.processes import LineReader, ProcessTree, alive, new_group_options, running, stop_processes
+from gpulab.distributed import processes
+from gpulab.distributed.processes import LineReader, ProcessTree, alive, new_group_options, running, stop_processes
 
 
 class FakeProcess:

@@ -28,7 +28,7 @@ def port(text: str) -> int:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `gpulab ddp`."""
     p = subparsers.add_parser("ddp", help="train with DDP over several processes (torchrun)",
-                              description="Train the article's model with DDP: torchrun runs gpulab.ddp_worker "
+                              description="Train the article's model with DDP: torchrun runs gpulab.distributed.ddp_worker "
                                           "once per rank. --batch-size is the GLOBAL batch.")
     p.add_argument("--nproc", type=positive_int, required=True, help="ranks (processes) on this node")
     add_recipe_options(p)
@@ -48,10 +48,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate, launch torchrun, stream its output; 0 on success, 1 if a rank failed."""
-    from gpulab.launch import worker_args
-    from gpulab.launch_result import LaunchError
-    from gpulab.torchrun import launch
-    from gpulab.torchrun_command import backend_note, check_nproc
+    from gpulab.distributed.launch import worker_args
+    from gpulab.distributed.launch_result import LaunchError
+    from gpulab.distributed.torchrun import launch
+    from gpulab.distributed.torchrun_command import backend_note, check_nproc
 
     if args.node_rank >= args.nnodes:
         raise ValueError(f"--node-rank {args.node_rank} must be below --nnodes {args.nnodes} (0..{args.nnodes - 1})")
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     wargs = worker_args(recipe, backend=backend, save=absolute["save"], json_path=absolute["json"],
                         checkpoint_dir=absolute["ckpt"], log_every=args.log_every)
     try:
-        launch("gpulab.ddp_worker", wargs, nproc=args.nproc, timeout=args.timeout, backend=backend,
+        launch("gpulab.distributed.ddp_worker", wargs, nproc=args.nproc, timeout=args.timeout, backend=backend,
                nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
                master_port=args.master_port, max_restarts=args.max_restarts)
     except LaunchError as exc:

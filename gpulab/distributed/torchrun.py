@@ -1,12 +1,12 @@
 """Run `torchrun` from a notebook or the command line: live output, a timeout, no orphans, any OS.
 
-``launch("gpulab.ddp_worker", ["--epochs", "5"], nproc=2, timeout=120)`` starts
+``launch("gpulab.distributed.ddp_worker", ["--epochs", "5"], nproc=2, timeout=120)`` starts
 ``python -m torch.distributed.run`` (the venv's torchrun), hands every output line to ``on_line``
 as it arrives (default: print it) and returns a ``LaunchResult``. Workers prefix their lines with
-``[rank N] `` (``gpulab.rank_io.prefix_output``). A failing rank raises ``LaunchError`` naming
+``[rank N] `` (``gpulab.distributed.rank_io.prefix_output``). A failing rank raises ``LaunchError`` naming
 it with its last lines; a timeout, a KeyboardInterrupt or the end of the Python process stops
-torchrun *and* its workers (``gpulab.processes``). The flags and environment each OS needs come
-from ``gpulab.rendezvous``.
+torchrun *and* its workers (``gpulab.distributed.processes``). The flags and environment each OS needs come
+from ``gpulab.distributed.rendezvous``.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import subprocess
 import time
 from typing import Callable, Sequence
 
-from gpulab.launch_result import LaunchResult, LaunchTimeout, failure, report
-from gpulab.processes import LineReader, ProcessTree, kill, new_group_options, stop_processes
-from gpulab.rendezvous import current_plan
-from gpulab.torchrun_command import check_nproc, check_timeout, single_machine, torchrun_command
+from gpulab.distributed.launch_result import LaunchResult, LaunchTimeout, failure, report
+from gpulab.distributed.processes import LineReader, ProcessTree, kill, new_group_options, stop_processes
+from gpulab.distributed.rendezvous import current_plan
+from gpulab.distributed.torchrun_command import check_nproc, check_timeout, single_machine, torchrun_command
 
 LEFTOVER_S = 2.0  # after torchrun exits, how long its workers may still write
 _LIVE: "set[Torchrun]" = set()  # started and not yet stopped: stopped at interpreter exit

@@ -2,7 +2,7 @@
 
 ``prefix_output(rank)`` makes ``print``, warnings and tracebacks write whole lines prefixed
 ``[rank N] ``, one ``os.write`` per batch of lines, so the lines of different ranks sharing one
-pipe never mix and a launcher (``gpulab.torchrun``) can tell them apart. ``exit_worker(code)``
+pipe never mix and a launcher (``gpulab.distributed.torchrun``) can tell them apart. ``exit_worker(code)``
 leaves after the process group is destroyed without running C++ static destructors.
 """
 

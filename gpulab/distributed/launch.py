@@ -1,12 +1,12 @@
 """Train the article's model with DDP through torchrun: ``train_ddp(2, Recipe(epochs=20), timeout=120)``.
 
-``train_ddp`` runs ``gpulab.ddp_worker`` once per rank (``gpulab.torchrun.launch`` underneath)
+``train_ddp`` runs ``gpulab.distributed.ddp_worker`` once per rank (``gpulab.distributed.torchrun.launch`` underneath)
 and returns the trained weights, the test metrics and the history (``DDPResult``).
 
 This module also re-exports the launcher's names (``launch``, ``Torchrun``, ``torchrun_command``,
-``LaunchError`` ...) so that ``from gpulab.launch import ...`` keeps working; they live in
-``gpulab.torchrun``, ``gpulab.torchrun_command``, ``gpulab.launch_result``, ``gpulab.processes``,
-``gpulab.rendezvous`` and ``gpulab.rank_io``.
+``LaunchError`` ...) so that ``from gpulab.distributed.launch import ...`` keeps working; they live in
+``gpulab.distributed.torchrun``, ``gpulab.distributed.torchrun_command``, ``gpulab.distributed.launch_result``, ``gpulab.distributed.processes``,
+``gpulab.distributed.rendezvous`` and ``gpulab.distributed.rank_io``.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from gpulab.launch_result import LaunchError, LaunchResult, LaunchTimeout, line_rank
-from gpulab.processes import alive
-from gpulab.rank_io import exit_worker, prefix_output
-from gpulab.rendezvous import free_port
-from gpulab.torchrun import Torchrun, launch, print_line
-from gpulab.torchrun_command import (backend_note, check_nproc, check_timeout, gpu_count, single_machine,
+from gpulab.distributed.launch_result import LaunchError, LaunchResult, LaunchTimeout, line_rank
+from gpulab.distributed.processes import alive
+from gpulab.distributed.rank_io import exit_worker, prefix_output
+from gpulab.distributed.rendezvous import free_port
+from gpulab.distributed.torchrun import Torchrun, launch, print_line
+from gpulab.distributed.torchrun_command import (backend_note, check_nproc, check_timeout, gpu_count, single_machine,
                                      torchrun_command)
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class DDPResult:
 def worker_args(recipe: Recipe, *, backend: str = "auto", save: str | Path | None = None,
                 json_path: str | Path | None = None, checkpoint_dir: str | Path | None = None,
                 log_every: int = 1, epoch_delay: float = 0.0) -> list[str]:
-    """The ``gpulab.ddp_worker`` arguments for a ``gpulab.experiment.Recipe``."""
+    """The ``gpulab.distributed.ddp_worker`` arguments for a ``gpulab.experiment.Recipe``."""
     args = ["--epochs", recipe.epochs, "--batch-size", recipe.batch_size, "--lr", repr(float(recipe.lr)),
             "--seed", recipe.seed, "--split-seed", recipe.split_seed, "--backend", backend,
             "--log-every", log_every]
@@ -114,7 +114,7 @@ def train_ddp(
         save, json_path = Path(tmp) / "model.pt", Path(tmp) / "summary.json"
         args = worker_args(recipe, backend=backend, save=save, json_path=json_path, checkpoint_dir=checkpoint_dir,
                            log_every=log_every, epoch_delay=epoch_delay)
-        command = torchrun_command("gpulab.ddp_worker", args, nproc=nproc, nnodes=nnodes, node_rank=node_rank,
+        command = torchrun_command("gpulab.distributed.ddp_worker", args, nproc=nproc, nnodes=nnodes, node_rank=node_rank,
                                    master_addr=master_addr, master_port=master_port, max_restarts=max_restarts)
         with Torchrun(command, on_line=sink, single_machine=single_machine(master_addr)) as run:
             if on_start is not None:

@@ -1,9 +1,9 @@
 """The torchrun command line and the checks before a launch: rank count, backend, timeout.
 
-``torchrun_command("gpulab.ddp_worker", ["--epochs", "5"], nproc=2)`` is the command
-``gpulab.torchrun.launch`` runs: ``python -m torch.distributed.run`` (this interpreter's torchrun),
+``torchrun_command("gpulab.distributed.ddp_worker", ["--epochs", "5"], nproc=2)`` is the command
+``gpulab.distributed.torchrun.launch`` runs: ``python -m torch.distributed.run`` (this interpreter's torchrun),
 ``--standalone`` on one node or a static rendezvous on several, plus the flags
-``gpulab.rendezvous`` asks for when every rank runs on this machine.
+``gpulab.distributed.rendezvous`` asks for when every rank runs on this machine.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 import warnings
 from typing import Sequence
 
-from gpulab.rendezvous import current_plan, is_loopback
+from gpulab.distributed.rendezvous import current_plan, is_loopback
 
 
 def _is_int(value: object) -> bool:
@@ -78,7 +78,7 @@ def torchrun_command(
     """The torchrun command line: ``--standalone`` on one node, a static rendezvous on several.
 
     A run on this machine alone (one node, or every node at a loopback address) also gets the
-    flags of ``gpulab.rendezvous`` (``--local-addr 127.0.0.1``).
+    flags of ``gpulab.distributed.rendezvous`` (``--local-addr 127.0.0.1``).
     """
     for name, value, low in (("nproc", nproc, 1), ("nnodes", nnodes, 1), ("node_rank", node_rank, 0),
                              ("max_restarts", max_restarts, 0)):

@@ -45,7 +45,7 @@ def _master_store(timeout: float):
 
 
 def _rank_command(port: int, rank: int, world_size: int, timeout: float) -> list[str]:
-    return [sys.executable, "-m", "gpulab.loopback", "--port", str(port), "--rank", str(rank),
+    return [sys.executable, "-m", "gpulab.distributed.loopback", "--port", str(port), "--rank", str(rank),
             "--world-size", str(world_size), "--timeout", str(timeout)]
 
 
@@ -104,7 +104,7 @@ def rendezvous(world_size: int = 2, timeout: float = 60.0) -> Rendezvous:
 
 def _rank_main(argv: list[str] | None = None) -> int:
     """One rank: join the group through the store, all-reduce ``rank + 1``, check the sum."""
-    parser = argparse.ArgumentParser(prog="python -m gpulab.loopback")
+    parser = argparse.ArgumentParser(prog="python -m gpulab.distributed.loopback")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--world-size", type=int, required=True)

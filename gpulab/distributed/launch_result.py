@@ -1,6 +1,6 @@
 """What a torchrun launch gives back: its lines, the result, and the errors that name the failing rank.
 
-Lines are tagged by the rank that printed them (``[rank N] ...``, see ``gpulab.rank_io``);
+Lines are tagged by the rank that printed them (``[rank N] ...``, see ``gpulab.distributed.rank_io``);
 torchrun's own lines carry no tag. When a launch fails, ``failure(lines)`` reads torchrun's
 error report (``rank: N``, ``exitcode: C``) or, failing that, the first rank that printed a
 traceback, and builds a ``LaunchError`` showing that rank's last lines.

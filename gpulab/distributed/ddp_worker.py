@@ -1,6 +1,6 @@
 """The DDP worker: the program `torchrun` starts once per rank.
 
-    torchrun --standalone --nproc-per-node 2 -m gpulab.ddp_worker --epochs 20 --save model.pt
+    torchrun --standalone --nproc-per-node 2 -m gpulab.distributed.ddp_worker --epochs 20 --save model.pt
 
 Every rank builds the same model, data and optimizer from ``gpulab.experiment``, wraps the
 model in ``DistributedDataParallel`` and runs the ordinary ``gpulab.train.fit`` loop with
@@ -23,10 +23,10 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from gpulab import checkpoint
+from gpulab.distributed import checkpoint
 from gpulab.atomic import torch_save, write_json
 from gpulab.experiment import add_recipe_options, article_model, boston_data, optimizer_for, recipe_from
-from gpulab.rank_io import exit_worker, prefix_output
+from gpulab.distributed.rank_io import exit_worker, prefix_output
 from gpulab.train import History, fit
 
 
@@ -67,7 +67,7 @@ def distributed_metrics(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The worker's options (``--batch-size`` is the GLOBAL batch, shared by all ranks)."""
-    p = argparse.ArgumentParser(prog="gpulab.ddp_worker", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="gpulab.distributed.ddp_worker", description=__doc__.splitlines()[0])
     add_recipe_options(p)
     p.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
     p.add_argument("--save", help="rank 0 saves the final state_dict here")

@@ -1,0 +1,9 @@
+"""Everything that runs several processes: the torchrun launcher, the rank programs and their checkpoints.
+
+``gpulab.distributed.launch`` is the entry point (``launch``, ``train_ddp``); the other modules are its
+parts: ``processes`` (the process tree, stopping it, reading its output on every OS), ``rendezvous``
+(what each OS needs for a single-machine rendezvous), ``torchrun_command`` and ``torchrun`` (building and
+running the command), ``launch_result`` (results and errors), ``rank_io`` (a worker's output and exit),
+``ddp_worker`` (the rank program), ``checkpoint`` (epoch checkpoints) and ``loopback`` (the pre-class
+rendezvous check).
+"""
