@@ -234,9 +234,12 @@ def boston_loop_step(rec: Recorder) -> dict:
     rows = []
     for place in places:
         r = measure(place, rec.cfg["epochs"], rec.cfg["repeats"])
-        rows.append({"device": r["device"], "article_epochs_per_s": r["article_epochs_per_s"],
-                     "fit_epochs_per_s": r["gpulab_epochs_per_s"], "fit_over_article": r["ratio"]})
-    return {"rows": rows, "note": "article loop: gpulab.article.train_article; fit: gpulab.train.fit, data on the device"}
+        for loop, seconds in r["seconds"].items():
+            low, high = r["spread"][loop]
+            rows.append({"device": r["device"], "loop": loop, "epochs_per_s": r["epochs"] / seconds,
+                         "slowest_epochs_per_s": r["epochs"] / high, "fastest_epochs_per_s": r["epochs"] / low})
+    return {"rows": rows, "note": "article: gpulab.article.train_article as the article wrote it; + loss.item(): "
+                                  "with a per-batch loss.item(); gpulab fit: gpulab.train.fit, data on the device"}
 
 
 def _fit_rows(rec: Recorder, label: str, model: nn.Module, X, y, batch_size: int, **fit_args) -> dict:

@@ -171,3 +171,14 @@ def test_gpu_check_dry_run_writes_the_layout(tmp_path):
     assert "without its dependencies" in (out / "install-wheels.log").read_text()
     assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("gpu_check_site.*/gpulabfakedep"))  # cleaned up
     assert (out / "notebooks" / "bad.ipynb").is_file()  # the failing copy is kept, with its error
+
+
+def test_the_boston_loop_step_reads_what_the_benchmark_returns(measure, tmp_path):
+    """The step and benchmarks/loop_vs_article.py change together: a dry run records one row per loop."""
+    assert measure.main([str(tmp_path), "--dry-run", "--only", "boston_loop"]) == 0
+    step = _file(tmp_path)["steps"]["boston_loop"]
+    assert step["status"] == "ok", step
+    loops = [row["loop"] for row in step["rows"]]
+    assert loops == ["article", "article + loss.item()", "gpulab fit"]
+    assert all(row["epochs_per_s"] > 0 for row in step["rows"])
+    assert "article + loss.item()" in reference.recorded("boston_loop", directory=tmp_path / "reference")
