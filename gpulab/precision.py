@@ -47,28 +47,39 @@ def bytes_per_element(dtype: str | torch.dtype) -> int:
 
 @dataclass(frozen=True)
 class DtypeFacts:
-    """What one format can hold: bytes per value, largest finite value, smallest normal value, step at 1.0."""
+    """What one format can hold: bytes per value, largest finite value, smallest normal and subnormal values, step at 1.0."""
 
     name: str
     bytes: int
     max: float
     smallest_normal: float
     eps: float
+    smallest_subnormal: float
 
     def to_dict(self) -> dict:
         """A JSON-friendly dict."""
         return asdict(self)
 
 
+def smallest_subnormal(dtype: str | torch.dtype) -> float:
+    """The smallest positive value the format holds: the next value after 0 (``torch.nextafter``).
+
+    Below the smallest *normal* value the exponent stays at its minimum and the leading digit
+    becomes 0 (subnormal numbers), down to this one; anything below half of it rounds to 0.
+    """
+    cast = dtype_from_name(dtype)
+    return float(torch.nextafter(torch.zeros((), dtype=cast), torch.ones((), dtype=cast)))
+
+
 def dtype_table(dtypes: tuple[str, ...] = tuple(DTYPES)) -> list[DtypeFacts]:
-    """One ``DtypeFacts`` row per format, from ``element_size()`` and ``torch.finfo``."""
+    """One ``DtypeFacts`` row per format, from ``element_size()``, ``torch.finfo`` and ``torch.nextafter``."""
     rows = []
     for name in dtypes:
         dtype = dtype_from_name(name)
         info = torch.finfo(dtype)
-        rows.append(
-            DtypeFacts(dtype_name(dtype), bytes_per_element(dtype), float(info.max), float(info.smallest_normal), float(info.eps))
-        )
+        rows.append(DtypeFacts(dtype_name(dtype), bytes_per_element(dtype), max=float(info.max),
+                               smallest_normal=float(info.smallest_normal), eps=float(info.eps),
+                               smallest_subnormal=smallest_subnormal(dtype)))
     return rows
 
 

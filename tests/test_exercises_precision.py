@@ -61,7 +61,7 @@ def test_safe_half_dtype_right(answer):
         (torch.float32, "4 bytes"),
         (torch.float64, "8 bytes"),
         (torch.int16, "integer"),
-        (None, "set `answer`"),
+        (None, "set `dtype_answer`"),
         ("float17", "torch dtype"),
         (42, "torch dtype"),
     ],

@@ -42,6 +42,21 @@ def test_dtype_table_rows_agree_with_finfo():
     assert by["float32"].to_dict()["bytes"] == 4
 
 
+@pytest.mark.parametrize("name, exponent", [("float32", -149), ("float16", -24), ("bfloat16", -133)])
+def test_smallest_subnormal_is_the_last_value_before_zero(name, exponent):
+    value = precision.smallest_subnormal(name)
+    assert value == 2.0**exponent  # IEEE 754: 2^(min exponent - mantissa bits)
+    row = {r.name: r for r in precision.dtype_table()}[name]
+    assert row.smallest_subnormal == value < row.smallest_normal
+    # it is stored exactly; a value below half of it rounds to 0 (underflow), just above half rounds up to it
+    assert precision.round_trip([value, value * 0.49, value * 0.51], name) == [value, 0.0, value]
+
+
+def test_smallest_subnormal_rejects_other_dtypes():
+    with pytest.raises(ValueError, match="float32, float16, bfloat16"):
+        precision.smallest_subnormal(torch.int8)
+
+
 def test_parameter_bytes_by_dtype_scales_with_element_size_and_leaves_model_alone():
     model = Net1(13, 16, 32, 1)
     count = precision.parameter_count(model)

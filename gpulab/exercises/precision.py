@@ -119,11 +119,11 @@ def check_safe_half_dtype(answer: object, large: float = 70000.0, small: float =
     if not (math.isfinite(large) and math.isfinite(small) and large > 0 and small > 0):
         raise ValueError(f"large={large!r} and small={small!r} must be positive finite numbers")
     if answer is None or answer is Ellipsis:
-        return wrong("set `answer` to a torch dtype such as torch.float16")
+        return wrong("set `dtype_answer` to a torch dtype such as torch.float16")
     if isinstance(answer, str):
         answer = DTYPES.get(answer.strip().lower().removeprefix("torch."), answer)
     if not isinstance(answer, torch.dtype):
-        return wrong(f"`answer` should be a torch dtype like torch.float16, got {answer!r}")
+        return wrong(f"`dtype_answer` should be a torch dtype like torch.float16, got {answer!r}")
     if not answer.is_floating_point:
         return wrong(f"{answer} is an integer format: it cannot hold {_short(small)} at all")
     size = torch.empty((), dtype=answer).element_size()
