@@ -20,7 +20,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     model.add_argument("--params", type=count, help="number of parameters, as one flat tensor (e.g. 7e9)")
     model.add_argument("--mlp", type=int_list, metavar="W,W,...",
                        help="layer widths of an MLP (Linear + bias, ReLU between), built on the meta device")
-    parser.add_argument("--precision", choices=list(PRECISIONS), default="fp32", help="default fp32")
+    parser.add_argument("--precision", choices=list(PRECISIONS), default="fp32", help="fp32 (default); bf16-autocast: fp32 weights, gradients and "
+                        "state plus 2-byte weight copies; bf16: everything bfloat16; bf16-mixed: FSDP2 "
+                        "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)")
     parser.add_argument("--optimizer", choices=list(OPTIMIZER_STATES), default="adam", help="default adam")
     parser.add_argument("--strategy", choices=list(STRATEGIES), default="none", help="default none")
     parser.add_argument("--ranks", type=positive_int, default=1, help="number of ranks N (default 1)")
