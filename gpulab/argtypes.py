@@ -36,3 +36,25 @@ def positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
     return value
+
+
+def count(text: str) -> int:
+    """argparse type: a whole number >= 1, also written like ``7e9``."""
+    try:
+        value = int(text) if text.strip().lstrip("+-").isdigit() else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value >= 1 and float(value).is_integer()) or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number >= 1 (like 1000000 or 7e9)")
+    return int(value)
+
+
+def int_list(text: str) -> list[int]:
+    """argparse type: comma-separated positive integers, like ``512,2048,1``."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r} must hold positive integers only")
+    return values

@@ -10,7 +10,8 @@ The forward pass keeps some tensors alive until backward needs them ("saved for 
 - ``saved_params``: the parameters (kept by reference: no extra bytes, listed for completeness).
 
 Parameters, gradients and optimizer state are exact tensor sizes after one real step of
-:func:`gpulab.train.fit`. On CUDA :func:`peak_memory` also reads the allocator's peak. Any device::
+:func:`gpulab.train.fit`. On CUDA :func:`peak_memory` also reads the allocator's peak; :func:`profiled_peak` reads the
+profiler's on any device. Any device::
 
     from gpulab import memory
     rows = memory.memory_table(model, x, y)            # float32 / autocast bfloat16 / bfloat16 weights
@@ -21,6 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
+import os
+import tempfile
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Iterator, Sequence
 
@@ -131,12 +136,8 @@ def peak_memory(device: str | torch.device) -> Iterator[Peak]:
     peak.bytes = torch.cuda.max_memory_allocated(dev) - peak.before
 
 
-def training_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variant: str = "float32") -> MemoryRow:
-    """One Adam step of :func:`gpulab.train.fit` on a copy of ``model`` with batch ``(x, y)``, accounted.
-
-    ``variant`` is a key of :data:`VARIANTS`. The model and the batch stay untouched; the step runs
-    on ``x``'s device (the model must be there too).
-    """
+def _one_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variant: str):
+    """A copy of ``model`` (cast per ``variant``), its batch, a fresh Adam and the step to run: ``step()``."""
     from gpulab.train import fit
 
     if variant not in VARIANTS:
@@ -149,11 +150,47 @@ def training_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variant:
     if cast is not None:
         net, batch = net.to(cast), x.to(cast)
     optimizer = torch.optim.Adam(net.parameters())
-    with peak_memory(x.device) as peak, saved_tensors(net, batch, y) as saved:
+
+    def step() -> None:
         fit(net, [(batch, y)], epochs=1, optimizer=optimizer, device=x.device, autocast_dtype=autocast_dtype,
             progress=False)
+
+    return net, batch, optimizer, step
+
+
+def training_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variant: str = "float32") -> MemoryRow:
+    """One Adam step of :func:`gpulab.train.fit` on a copy of ``model`` with batch ``(x, y)``, accounted.
+
+    ``variant`` is a key of :data:`VARIANTS`. The model and the batch stay untouched; the step runs
+    on ``x``'s device (the model must be there too).
+    """
+    net, batch, optimizer, step = _one_step(model, x, y, variant)
+    with peak_memory(x.device) as peak, saved_tensors(net, batch, y) as saved:
+        step()
     return MemoryRow(variant, tensor_bytes(net.parameters()), tensor_bytes(p.grad for p in net.parameters()),
                      optimizer_state_bytes(optimizer), peak=peak.bytes, **saved)
+
+
+def profiled_peak(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variant: str = "float32") -> int:
+    """The same step as :func:`training_memory`, measured independently: the highest total bytes alive.
+
+    Read from the profiler's memory timeline (``torch.profiler.profile(profile_memory=True)`` and
+    ``export_memory_timeline``), on any device, parameters included. Slower than a plain step.
+    """
+    _, _, _, step = _one_step(model, x, y, variant)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if x.device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities, profile_memory=True, record_shapes=True,
+                                with_stack=True) as prof:
+        step()
+    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # deprecated in favour of a CUDA-only tool
+        path = os.path.join(folder, "timeline.json")
+        prof.export_memory_timeline(path, device=str(x.device))
+        with open(path) as f:
+            _, sizes = json.load(f)
+    return max(sum(at_time) for at_time in sizes)
 
 
 def memory_table(model: nn.Module, x: torch.Tensor, y: torch.Tensor,

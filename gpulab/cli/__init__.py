@@ -22,6 +22,7 @@ COMMANDS = {
     "ddp": "gpulab.cli.ddp",
     "evaluate": "gpulab.cli.evaluate",
     "preflight": "gpulab.cli.preflight",
+    "estimate": "gpulab.cli.estimate",
 }
 
 

@@ -1,0 +1,212 @@
+"""Training memory per rank, by arithmetic: parameters, gradients, optimizer state (and activations if known).
+
+The model is a parameter count (``7e9``) or any ``nn.Module``; one built on the ``meta`` device
+(:func:`mlp_on_meta`) has shapes but allocates nothing, so billions of parameters cost no memory.
+Sharding over ``ranks`` follows FSDP2: each parameter is split along dim 0 with ``torch.chunk``, so
+an uneven split gives the first ranks one row more (32 rows over 3 ranks: 11/11/10) and rank 0 holds
+the largest share of every parameter. The figures are rank 0's: the rank that must fit.
+
+Strategies (what each rank keeps a 1/N shard of; everything else is replicated):
+``none`` (DDP: nothing), ``zero1`` (optimizer state), ``zero2`` (+ gradients), ``zero3`` (+ parameters;
+FSDP's full shard). Precisions (:data:`PRECISIONS`) and optimizers (:data:`OPTIMIZER_STATES`) below.
+Checked against :func:`gpulab.memory.training_memory` (exact bytes) and :func:`gpulab.memory.profiled_peak`
+by :func:`compare`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from gpulab.tables import format_rows
+
+#: Precision -> dtypes of (parameters, gradients, optimizer state, compute copy of the weights or None).
+#: ``fp32``: everything float32. ``bf16-autocast``: float32 weights, gradients and state, and autocast's
+#: 2-byte copies of the weights (counted for the whole model: an upper bound, as each layer's copy lives
+#: from its forward to its backward when saved). ``bf16``: weights, gradients and state all bfloat16.
+#: ``bf16-mixed``: FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``: float32 (sharded)
+#: master weights, gradients and state, and the gathered bfloat16 weights to compute with (whole model:
+#: an upper bound; per-layer ``fully_shard`` frees each layer's after use). Same bytes as autocast.
+PRECISIONS: dict[str, tuple[torch.dtype, torch.dtype, torch.dtype, torch.dtype | None]] = {
+    "fp32": (torch.float32, torch.float32, torch.float32, None),
+    "bf16-autocast": (torch.float32, torch.float32, torch.float32, torch.bfloat16),
+    "bf16": (torch.bfloat16, torch.bfloat16, torch.bfloat16, None),
+    "bf16-mixed": (torch.float32, torch.float32, torch.float32, torch.bfloat16),
+}
+#: Optimizer -> tensors of state per parameter, each the parameter's shape (Adam: two moments).
+OPTIMIZER_STATES = {"adam": 2, "adamw": 2, "sgd-momentum": 1, "sgd": 0}
+#: Adam and AdamW also keep a float32 step count per parameter tensor (on every rank).
+STEP_COUNT_BYTES = 4
+#: Strategy -> the components each rank holds only a shard of.
+STRATEGIES: dict[str, frozenset[str]] = {
+    "none": frozenset(),
+    "zero1": frozenset({"optimizer state"}),
+    "zero2": frozenset({"optimizer state", "gradients"}),
+    "zero3": frozenset({"optimizer state", "gradients", "parameters"}),
+}
+
+
+def _choice(name: str, value: str, valid) -> None:
+    if value not in valid:
+        raise ValueError(f"unknown {name} {value!r}: use one of {', '.join(valid)}")
+
+
+def mlp_on_meta(sizes: Sequence[int]) -> nn.Module:
+    """``Linear`` layers (with biases) of the given widths, ReLU between them, on the ``meta`` device."""
+    if len(sizes) < 2 or any(not isinstance(s, int) or s < 1 for s in sizes):
+        raise ValueError(f"need at least two positive layer widths, got {list(sizes)}")
+    layers: list[nn.Module] = []
+    with torch.device("meta"):
+        for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+            layers += [nn.Linear(n_in, n_out), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+def parameter_shapes(model: nn.Module | int) -> list[tuple[int, ...]]:
+    """The shapes of the model's parameters; a bare count is one flat tensor of that many numbers."""
+    if isinstance(model, nn.Module):
+        shapes = [tuple(p.shape) for p in model.parameters()]
+        if not shapes:
+            raise ValueError("the model has no parameters")
+        return shapes
+    if isinstance(model, bool) or not isinstance(model, int) or model < 1:
+        raise ValueError(f"parameter count must be a positive integer or an nn.Module, got {model!r}")
+    return [(model,)]
+
+
+def shard_numels(shape: Sequence[int], ranks: int) -> list[int]:
+    """Numbers each rank holds of a parameter of ``shape`` split along dim 0 like ``torch.chunk``.
+
+    ``torch.chunk`` cuts ``ceil(rows / ranks)`` rows per piece, so some last ranks may get nothing
+    (5 rows over 4 ranks: 2/2/1/0). A 0-dim parameter counts as one row.
+    """
+    rows = shape[0] if shape else 1
+    per_row = math.prod(shape[1:]) if shape else 1
+    step = math.ceil(rows / ranks)
+    return [max(0, min(step, rows - r * step)) * per_row for r in range(ranks)]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Bytes held by the biggest rank (rank 0), by component, for one setting."""
+
+    parameters: int  # numbers in the whole model
+    tensors: int  # parameter tensors
+    precision: str
+    optimizer: str
+    strategy: str
+    ranks: int
+    components: dict[str, int]
+    dtypes: dict[str, str]
+
+    @property
+    def total(self) -> int:
+        """Bytes of all components on the biggest rank."""
+        return sum(self.components.values())
+
+    def rows(self) -> list[dict]:
+        """One dict per component (and the total): dtype, sharded or replicated, bytes, GiB."""
+        sharded = STRATEGIES[self.strategy]
+        rows = [{"component": name, "dtype": self.dtypes[name],
+                 "per rank": "1/N shard" if name in sharded and self.ranks > 1 else "whole",
+                 "bytes": value, "GiB": value / 2**30} for name, value in self.components.items()]
+        return rows + [{"component": "total", "bytes": self.total, "GiB": self.total / 2**30}]
+
+
+def estimate(model: nn.Module | int, precision: str = "fp32", optimizer: str = "adam", strategy: str = "none",
+             ranks: int = 1, activations: int | None = None) -> Estimate:
+    """Memory per rank for training ``model`` (see the module docstring for the choices).
+
+    ``activations``: bytes one rank saves for backward for its own batch, measured
+    (:func:`gpulab.memory.training_memory`) or estimated; not sharded, and left out when None.
+    Temporaries (an optimizer step's scratch tensors, gradients in flight) are not included.
+    """
+    _choice("precision", precision, PRECISIONS)
+    _choice("optimizer", optimizer, OPTIMIZER_STATES)
+    _choice("strategy", strategy, STRATEGIES)
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
+    if activations is not None and (isinstance(activations, bool) or not isinstance(activations, int)
+                                    or activations < 0):
+        raise ValueError(f"activations must be a number of bytes >= 0, got {activations!r}")
+    shapes = parameter_shapes(model)
+    whole = sum(math.prod(s) for s in shapes)
+    biggest = sum(shard_numels(s, ranks)[0] for s in shapes)  # rank 0's share is the largest of every one
+    sharded = STRATEGIES[strategy]
+
+    def numbers(component: str) -> int:
+        return biggest if component in sharded else whole
+
+    p_dtype, g_dtype, s_dtype, copy_dtype = PRECISIONS[precision]
+    states = OPTIMIZER_STATES[optimizer]
+    steps = STEP_COUNT_BYTES * len(shapes) if optimizer.startswith("adam") else 0
+    components = {
+        "parameters": numbers("parameters") * p_dtype.itemsize,
+        "gradients": numbers("gradients") * g_dtype.itemsize,
+        "optimizer state": states * numbers("optimizer state") * s_dtype.itemsize + steps,
+    }
+    dtypes = {"parameters": str(p_dtype), "gradients": str(g_dtype), "optimizer state": f"{states} x {s_dtype}"}
+    if copy_dtype is not None:
+        components["weight copies"] = whole * copy_dtype.itemsize
+        dtypes["weight copies"] = str(copy_dtype)
+    if activations is not None:
+        components["activations"] = activations
+        dtypes["activations"] = "measured"
+    dtypes = {k: v.replace("torch.", "") for k, v in dtypes.items()}
+    return Estimate(whole, len(shapes), precision, optimizer, strategy, ranks, components, dtypes)
+
+
+def format_estimate(est: Estimate) -> str:
+    """A heading line and the table of :meth:`Estimate.rows`."""
+    head = (f"{est.parameters:,} parameters ({est.tensors} tensor{'s' * (est.tensors > 1)}), {est.precision}, {est.optimizer}, "
+            f"strategy {est.strategy} over {est.ranks} rank(s): bytes on the biggest rank (rank 0)")
+    return head + "\n" + format_rows(est.rows())
+
+
+#: Names of :data:`PRECISIONS` that :data:`gpulab.memory.VARIANTS` can measure.
+MEASURABLE = {"fp32": "float32", "bf16-autocast": "autocast bfloat16", "bf16": "bfloat16 weights"}
+
+
+def _largest_output(model: nn.Module, x: torch.Tensor) -> int:
+    """Bytes of the largest tensor any module of ``model`` outputs for ``x`` (float32 forward, no grad)."""
+    sizes = [0]
+    hooks = [m.register_forward_hook(lambda _m, _i, out: sizes.append(out.nbytes if isinstance(out, torch.Tensor) else 0)) for m in model.modules()]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return max(sizes)
+
+
+def compare(name: str, model: nn.Module, x: torch.Tensor, y: torch.Tensor, precision: str = "fp32") -> dict:
+    """The estimate for one Adam step on ``(x, y)``, single rank, against two measurements.
+
+    ``state``: parameters + gradients + optimizer state (bytes), estimated vs the exact tensor bytes after a real
+    step (:func:`gpulab.memory.training_memory`). ``step``: that estimate plus the measured bytes saved
+    for backward (batch included) vs the profiler's peak (:func:`gpulab.memory.profiled_peak`).
+    The two differ by what is alive at once: the peak adds temporaries (Adam's step makes two scratch
+    tensors the size of the parameter it updates, backward the gradients of a layer's output and input)
+    and misses what is already freed (saved activations go as gradients arrive). ``largest tensor``
+    (the biggest parameter or layer output, float32) sizes those: the peak stays within
+    ``state measured + batch`` and ``step accounted + 2 x largest tensor``.
+    """
+    from gpulab import memory
+
+    _choice("precision", precision, MEASURABLE)
+    row = memory.training_memory(model, x, y, MEASURABLE[precision])
+    est = estimate(model, precision, "adam")
+    state = sum(est.components[k] for k in ("parameters", "gradients", "optimizer state"))
+    # Under autocast the weight copies that backward needs are among the measured saved bytes.
+    accounted = state + row.saved_activations + row.saved_input
+    peak = memory.profiled_peak(model, x, y, MEASURABLE[precision])
+    largest = max(_largest_output(model, x), max(p.numel() for p in model.parameters()) * 4)
+    return {"model": name, "parameters": est.parameters, "state estimated": state,
+            "state measured": row.parameters + row.gradients + row.optimizer,
+            "step accounted": accounted, "profiler peak": peak, "peak - accounted": peak - accounted,
+            "largest tensor": largest}
