@@ -171,7 +171,7 @@ QUESTIONS: dict[str, tuple[Question, ...]] = {
         Question("Why can the code a DDP rank runs not be a function typed into a notebook cell?", (
             O("Each rank is a new Python process that imports its code, and a function typed into the kernel "
               "cannot be imported.",
-              "so the rank's code lives in a module (gpulab/distributed/ddp_worker.py), started by torchrun"),
+              "so the rank's code lives in a script or a module (here gpulab/distributed/ddp_worker.py), started by torchrun"),
             O("Notebooks cannot use the gloo backend.",
               "no: the problem is new processes finding the code, not the backend"),
             O("DDP only works on GPUs.", "no: with gloo, DDP runs on CPU processes, as in this notebook"),
