@@ -41,17 +41,17 @@ AFTER, DEMO = "after class", "demo"
 PLAN: dict[str, dict[str, dict[str, str]]] = {
     "core": {
         "01": {"Explore": AFTER},
-        "02": {"Other accelerators": AFTER, "Hiding GPUs": AFTER, "The whole report": DEMO},
+        "02": {"Other accelerators": AFTER, "Hiding GPUs": AFTER, "The whole report": DEMO, "Exercise": AFTER},
         "03": {"2. Timing done right": DEMO, "3. Host-to-device": DEMO, "4. Small data": DEMO},
         "04": {"3. The real thing": AFTER, "4. Saving and loading": DEMO},
-        "05": {"1. Why DDP needs a script": DEMO, "3. Launching": DEMO, "5. The same weights": DEMO,
-               "6. Try it": AFTER, "7. Is it faster": DEMO, "8. Surviving a crash": DEMO,
-               "9. Several machines": AFTER},
+        "05": {"1. Why DDP needs a script": DEMO, "4. Launching": DEMO, "6. The same weights": DEMO,
+               "7. Try it": AFTER, "8. Is it faster": DEMO, "9. Surviving a crash": DEMO,
+               "10. Several machines": AFTER, "11. Exercise": AFTER},
         "06": {"": AFTER},
         "07": {"": AFTER},
     },
     "full": {
-        "05": {"3. Launching": DEMO, "7. Is it faster": DEMO, "8. Surviving a crash": DEMO},
+        "05": {"4. Launching": DEMO, "8. Is it faster": DEMO, "9. Surviving a crash": DEMO},
         "07": {"2. \"Don't use several GPUs": DEMO},
     },
 }
