@@ -12,7 +12,6 @@ Jupyter server, no nbval. Exit status 1 if any notebook failed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess

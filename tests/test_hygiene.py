@@ -18,15 +18,14 @@ Rules enforced here:
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from scripts_loader import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -38,17 +37,8 @@ MACHINE_PATHS = ("/tmp/", "/work/", "/root/", "/home/", "/opt/", "/Users/", "C:\
 JUNK = {".venv", ".ipynb_checkpoints", "__pycache__", ".pytest_cache"}
 
 
-def _load_script(name: str):
-    """Import scripts/<name>.py (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"gpulab_scripts_{name}", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-readme_index = _load_script("readme_index")
-nbreport = _load_script("nbreport")
+readme_index = load_script("readme_index")
+nbreport = load_script("nbreport")
 nb_ids = [p.name for p in NOTEBOOKS]
 
 

@@ -8,27 +8,18 @@ already tagged are used as they are.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+from scripts_loader import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"gpulab_scripts_{name}", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-student = _load_script("student")
+student = load_script("student")
 source, tags = student.source, student.tags
 
 

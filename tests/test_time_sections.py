@@ -1,19 +1,15 @@
 """scripts/time_sections.py: sections, run times from cell timestamps, and TEACHING.md's block kept in step."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+from scripts_loader import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("gpulab_scripts_time_sections", ROOT / "scripts" / "time_sections.py")
-ts = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = ts
-_spec.loader.exec_module(ts)
+ts = load_script("time_sections")
 
 
 def _code(text: str, seconds: float | None, tags=()) -> dict:
