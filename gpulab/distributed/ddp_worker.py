@@ -23,10 +23,10 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from gpulab.distributed import checkpoint
 from gpulab.atomic import torch_save, write_json
-from gpulab.experiment import add_recipe_options, article_model, boston_data, optimizer_for, recipe_from
+from gpulab.distributed import checkpoint
 from gpulab.distributed.rank_io import exit_worker, prefix_output
+from gpulab.experiment import add_recipe_options, article_model, boston_data, optimizer_for, recipe_from
 from gpulab.train import History, fit
 
 
