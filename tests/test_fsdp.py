@@ -41,3 +41,12 @@ def test_fully_shard_equals_single_process_and_shards_follow_chunk(nproc, refere
     assert rank0 == {k: est[k] for k in ("parameters", "gradients", "optimizer state")}
     whole = sum(p.numel() for p in model.parameters()) * 4
     assert sum(r["bytes"]["parameters"] for r in result.ranks) == whole
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:3 ranks on:UserWarning")
+def test_dcp_checkpoint_saved_at_2_ranks_resumes_at_3_and_1(tmp_path, reference):
+    train_fsdp(2, Recipe(epochs=2), timeout=120, save_dcp=tmp_path / "dcp")
+    for nproc in (3, 1):
+        resumed = train_fsdp(nproc, RECIPE, timeout=120, resume=tmp_path / "dcp")
+        assert max_abs_difference(resumed.state_dict, reference) <= 1e-5, nproc

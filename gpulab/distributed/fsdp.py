@@ -33,8 +33,13 @@ def recipe_args(recipe) -> list[str]:
 
 
 def train_fsdp(nproc: int, recipe=None, *, timeout: float = 300.0,
-               on_line: Callable[[str], None] | None = None) -> FSDPResult:
-    """Train ``recipe`` (default: the article's) with ``nproc`` FSDP2 ranks (gloo, CPU mesh)."""
+               on_line: Callable[[str], None] | None = None, save_dcp: str | Path | None = None,
+               resume: str | Path | None = None) -> FSDPResult:
+    """Train ``recipe`` (default: the article's) with ``nproc`` FSDP2 ranks (gloo, CPU mesh).
+
+    ``save_dcp``: a folder for a distributed checkpoint after ``recipe.epochs``; ``resume``: such a folder,
+    saved at any rank count, to continue from (up to ``recipe.epochs``).
+    """
     import torch
 
     from gpulab.experiment import Recipe
@@ -44,6 +49,8 @@ def train_fsdp(nproc: int, recipe=None, *, timeout: float = 300.0,
         raise ValueError(f"recipe={recipe!r} must be a gpulab.experiment.Recipe")
     with tempfile.TemporaryDirectory(prefix="gpulab-fsdp-") as tmp:
         args = recipe_args(recipe) + ["--out", tmp]
+        args += ["--dcp", str(save_dcp)] if save_dcp is not None else []
+        args += ["--resume", str(resume)] if resume is not None else []
         result = launch("gpulab.distributed.fsdp_worker", args, nproc=nproc, timeout=timeout, backend="gloo",
                         on_line=on_line)
         ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(nproc)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import sys
 import traceback
@@ -44,6 +45,29 @@ def shard_report(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> di
                       "optimizer state": sum(local(v).nbytes for v in state)}}
 
 
+def save_dcp(folder: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, epochs: int, rank: int) -> None:
+    """Each rank writes its shards with ``torch.distributed.checkpoint``; rank 0 records the epochs done."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=folder)
+    if rank == 0:
+        write_json(Path(folder) / "epochs.json", {"epochs": epochs})
+
+
+def load_dcp(folder: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Load a DCP checkpoint saved at any rank count into this sharding; the epoch to resume at."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optimizer": optim_state}
+    dcp.load(state, checkpoint_id=folder)  # reads the pieces of each tensor this rank's shards need
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    return int(json.loads((Path(folder) / "epochs.json").read_text(encoding="utf-8"))["epochs"])
+
+
 def train(args: argparse.Namespace, rank: int, world: int) -> None:
     """One rank's job once the process group is up."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -54,9 +78,12 @@ def train(args: argparse.Namespace, rank: int, world: int) -> None:
     model = article_model(recipe, in_dim=data.X_train.shape[1])
     fully_shard(model, mesh=init_device_mesh("cpu", (world,)))  # parameters become DTensors, sharded on dim 0
     optimizer = optimizer_for(model, recipe)  # built after sharding: its state is sharded too
-    fit(model, (data.X_train, data.y_train), epochs=recipe.epochs, optimizer=optimizer,
+    start_epoch = load_dcp(args.resume, model, optimizer) if args.resume else 0
+    fit(model, (data.X_train, data.y_train), epochs=recipe.epochs, optimizer=optimizer, start_epoch=start_epoch,
         batch_size=recipe.batch_size, device="cpu", seed=recipe.seed, progress=False, rank=rank, world_size=world)
     out = Path(args.out)
+    if args.dcp:
+        save_dcp(args.dcp, model, optimizer, recipe.epochs, rank)
     write_json(out / f"rank{rank}.json", {"rank": rank, "world_size": world, **shard_report(model, optimizer)})
     full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
     if rank == 0:  # full_tensor() is a collective: every rank gathers, rank 0 saves
@@ -69,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="gpulab.distributed.fsdp_worker", description=__doc__.splitlines()[0])
     add_recipe_options(p)
     p.add_argument("--out", required=True, help="folder for rank<N>.json and rank 0's model.pt")
+    p.add_argument("--dcp", help="save a distributed checkpoint (DCP) in this folder at the end")
+    p.add_argument("--resume", help="resume from a DCP folder saved by --dcp, at any rank count")
     p.add_argument("--pg-timeout", type=float, default=120.0, help="seconds any collective may wait")
     args = p.parse_args(argv)
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
