@@ -4,6 +4,7 @@
 parts: ``processes`` (the process tree, stopping it, reading its output on every OS), ``rendezvous``
 (what each OS needs for a single-machine rendezvous), ``torchrun_command`` and ``torchrun`` (building and
 running the command), ``launch_result`` (results and errors), ``rank_io`` (a worker's output and exit),
-``ddp_worker`` (the rank program), ``checkpoint`` (epoch checkpoints) and ``loopback`` (the pre-class
+``ddp_worker`` (the DDP rank program), ``fsdp_worker`` and ``fsdp`` (FSDP2 on CPU ranks: the rank program and
+``train_fsdp``), ``checkpoint`` (epoch checkpoints) and ``loopback`` (the pre-class
 rendezvous check).
 """

@@ -1,0 +1,123 @@
+"""The FSDP2 worker: the program `torchrun` starts once per rank to train with ``fully_shard`` on CPU.
+
+    torchrun --standalone --nproc-per-node 3 -m gpulab.distributed.fsdp_worker --epochs 5 --out DIR
+
+Every rank builds the recipe's model, shards each parameter along dim 0 over a CPU device mesh
+(``init_device_mesh("cpu", (world,))``, gloo) with ``fully_shard`` and runs the ordinary
+``gpulab.train.fit`` loop. Each rank writes ``DIR/rank<N>.json``: its local shard shape of every
+parameter and the bytes of parameters, gradients and optimizer state it holds (measured from the local
+shards). Rank 0 gathers the full weights (``full_tensor()``) into ``DIR/model.pt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+from gpulab.atomic import torch_save, write_json
+from gpulab.distributed.rank_io import exit_worker, prefix_output
+from gpulab.experiment import add_recipe_options, article_model, boston_data, optimizer_for, recipe_from
+from gpulab.train import fit
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """The part of ``t`` this rank holds: a DTensor's local shard, or ``t`` itself."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def shard_report(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """Local shard shapes and the bytes of parameters, gradients and optimizer state on this rank."""
+    params = dict(model.named_parameters())
+    state = [v for p in params.values() for v in optimizer.state.get(p, {}).values() if isinstance(v, torch.Tensor)]
+    return {"shapes": {name: list(local(p).shape) for name, p in params.items()},
+            "full shapes": {name: list(p.shape) for name, p in params.items()},
+            "bytes": {"parameters": sum(local(p).nbytes for p in params.values()),
+                      "gradients": sum(local(p.grad).nbytes for p in params.values() if p.grad is not None),
+                      "optimizer state": sum(local(v).nbytes for v in state)}}
+
+
+def save_dcp(folder: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, epochs: int, rank: int) -> None:
+    """Each rank writes its shards with ``torch.distributed.checkpoint``; rank 0 records the epochs done."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=folder)
+    if rank == 0:
+        write_json(Path(folder) / "epochs.json", {"epochs": epochs})
+
+
+def load_dcp(folder: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Load a DCP checkpoint saved at any rank count into this sharding; the epoch to resume at."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optimizer": optim_state}
+    dcp.load(state, checkpoint_id=folder)  # reads the pieces of each tensor this rank's shards need
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    return int(json.loads((Path(folder) / "epochs.json").read_text(encoding="utf-8"))["epochs"])
+
+
+def train(args: argparse.Namespace, rank: int, world: int) -> None:
+    """One rank's job once the process group is up."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    recipe = recipe_from(args)
+    data = boston_data(recipe)
+    model = article_model(recipe, in_dim=data.X_train.shape[1])
+    fully_shard(model, mesh=init_device_mesh("cpu", (world,)))  # parameters become DTensors, sharded on dim 0
+    optimizer = optimizer_for(model, recipe)  # built after sharding: its state is sharded too
+    start_epoch = load_dcp(args.resume, model, optimizer) if args.resume else 0
+    fit(model, (data.X_train, data.y_train), epochs=recipe.epochs, optimizer=optimizer, start_epoch=start_epoch,
+        batch_size=recipe.batch_size, device="cpu", seed=recipe.seed, progress=False, rank=rank, world_size=world)
+    out = Path(args.out)
+    if args.dcp:
+        save_dcp(args.dcp, model, optimizer, recipe.epochs, rank)
+    write_json(out / f"rank{rank}.json", {"rank": rank, "world_size": world, **shard_report(model, optimizer)})
+    full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
+    if rank == 0:  # full_tensor() is a collective: every rank gathers, rank 0 saves
+        torch_save(out / "model.pt", {k: v.detach().clone() for k, v in full.items()})
+        print(f"done: {recipe.epochs} epochs on {world} rank(s)", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point under torchrun: set up gloo, train, always tear down."""
+    p = argparse.ArgumentParser(prog="gpulab.distributed.fsdp_worker", description=__doc__.splitlines()[0])
+    add_recipe_options(p)
+    p.add_argument("--out", required=True, help="folder for rank<N>.json and rank 0's model.pt")
+    p.add_argument("--dcp", help="save a distributed checkpoint (DCP) in this folder at the end")
+    p.add_argument("--resume", help="resume from a DCP folder saved by --dcp, at any rank count")
+    p.add_argument("--pg-timeout", type=float, default=120.0, help="seconds any collective may wait")
+    args = p.parse_args(argv)
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        sys.stderr.write("error: run me under torchrun (RANK and WORLD_SIZE are not set)\n")
+        return 2
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    prefix_output(rank)
+    try:
+        dist.init_process_group(backend="gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
+        train(args, rank, world)
+        return 0
+    except Exception:
+        sys.stderr.write(traceback.format_exc())
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+if __name__ == "__main__":
+    exit_worker(main())
