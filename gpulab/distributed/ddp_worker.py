@@ -12,7 +12,6 @@ output line is written whole and prefixed ``[rank N]`` so a launcher can tell ra
 from __future__ import annotations
 
 import argparse
-import datetime
 import math
 import os
 import sys
@@ -25,7 +24,7 @@ import torch.distributed as dist
 
 from gpulab.atomic import torch_save, write_json
 from gpulab.distributed import checkpoint
-from gpulab.distributed.rank_io import exit_worker, prefix_output
+from gpulab.distributed.rank_io import exit_worker, prefix_output, run_in_group
 from gpulab.experiment import add_recipe_options, article_model, boston_data, optimizer_for, recipe_from
 from gpulab.train import History, fit
 
@@ -137,17 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend = choose_backend(args.backend, local_world)
         if backend == "nccl":
             torch.cuda.set_device(local_rank)  # before init_process_group: one GPU per rank
-        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=args.pg_timeout))
-        train(args, rank, world, local_rank)
-        return 0
     except Exception:
         sys.stderr.write(traceback.format_exc())
         return 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        sys.stdout.flush()
-        sys.stderr.flush()
+    return run_in_group(backend, args.pg_timeout, lambda: train(args, rank, world, local_rank))
 
 
 if __name__ == "__main__":

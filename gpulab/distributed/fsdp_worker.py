@@ -12,11 +12,9 @@ shards). Rank 0 gathers the full weights (``full_tensor()``) into ``DIR/model.pt
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Sequence
 
@@ -24,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from gpulab.atomic import torch_save, write_json
-from gpulab.distributed.rank_io import exit_worker, prefix_output
+from gpulab.distributed.rank_io import exit_worker, prefix_output, run_in_group
 from gpulab.experiment import add_recipe_options, article_model, boston_data, optimizer_for, recipe_from
 from gpulab.train import fit
 
@@ -105,18 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     prefix_output(rank)
-    try:
-        dist.init_process_group(backend="gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
-        train(args, rank, world)
-        return 0
-    except Exception:
-        sys.stderr.write(traceback.format_exc())
-        return 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        sys.stdout.flush()
-        sys.stderr.flush()
+    return run_in_group("gloo", args.pg_timeout, lambda: train(args, rank, world))
 
 
 if __name__ == "__main__":

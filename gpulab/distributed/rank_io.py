@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import NoReturn
+import traceback
+from typing import Callable, NoReturn
 
 
 class RankLines:
@@ -49,3 +50,27 @@ def exit_worker(code: int) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os._exit(code)
+
+
+def run_in_group(backend: str, timeout_s: float, body: Callable[[], object]) -> int:
+    """Join the process group, run ``body``, always leave the group; 0 on success, 1 after a traceback.
+
+    Every rank program's life under torchrun: ``init_process_group`` with a timeout (so no
+    collective can hang forever), the work, and ``destroy_process_group`` on any exit path.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    try:
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+        body()
+        return 0
+    except Exception:
+        sys.stderr.write(traceback.format_exc())
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        sys.stdout.flush()
+        sys.stderr.flush()
