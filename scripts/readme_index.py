@@ -82,19 +82,35 @@ def read_header(path: Path) -> Header:
     return parse_header(Path(path).name, cells[0])
 
 
+# The course's two parts, by notebook number: (first number, heading). A part with no notebook is left out.
+PARTS = (("01", "**Part 1 · The course:** the article's topics, rebuilt and measured."),
+         ("08", "**Part 2 · Going further:** sharding, collectives, debugging and profiling, all real on CPU ranks."))
+
+
+def part_of(number: str) -> int:
+    """Index in ``PARTS`` of the part that notebook ``number`` belongs to."""
+    return max((i for i, (first, _) in enumerate(PARTS) if number >= first), default=0)
+
+
 def index_table(headers: list[Header], link_dir: str = "notebooks") -> str:
-    """The markdown table for the README (a short line when there are no notebooks)."""
+    """The README's index: one markdown table per part (a short line when there are no notebooks)."""
     if not headers:
         return "_No notebooks yet._"
 
     def esc(text: str) -> str:
         return text.replace("|", r"\|")
 
-    rows = ["| # | Notebook | What you will learn | CPU run time |", "|---|---|---|---|"]
-    for h in headers:
-        link = f"[{esc(h.title)}]({link_dir}/{h.filename})"
-        rows.append(f"| {h.number} | {link} | {esc(h.learn)} | {esc(h.cpu_time)} |")
-    return "\n".join(rows)
+    blocks = []
+    for i, (_, heading) in enumerate(PARTS):
+        part = [h for h in headers if part_of(h.number) == i]
+        if not part:
+            continue
+        rows = [heading, "", "| # | Notebook | What you will learn | CPU run time |", "|---|---|---|---|"]
+        for h in part:
+            link = f"[{esc(h.title)}]({link_dir}/{h.filename})"
+            rows.append(f"| {h.number} | {link} | {esc(h.learn)} | {esc(h.cpu_time)} |")
+        blocks.append("\n".join(rows))
+    return "\n\n".join(blocks)
 
 
 def render_readme(readme: str, table: str) -> str:

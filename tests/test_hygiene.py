@@ -250,6 +250,15 @@ def test_index_table_and_render():
         readme_index.render_readme("no markers here", table)
 
 
+def test_index_has_one_table_per_part():
+    hs = [readme_index.Header(f"{n}_n.ipynb", n, f"T{n}", "l", "about 1 s") for n in ("01", "07", "08", "11")]
+    table = readme_index.index_table(hs)
+    course, further = table.split("\n\n**Part 2")
+    assert course.startswith("**Part 1") and "| 07 |" in course and "| 08 |" not in course
+    assert "| 08 |" in further and "| 11 |" in further and "| 07 |" not in further
+    assert "Part 2" not in readme_index.index_table(hs[:2])
+
+
 def test_nav_line_links_neighbours():
     hs = [readme_index.Header(f"0{i}_n{i}.ipynb", f"0{i}", f"T{i}", "l", "about 1 s") for i in (1, 2, 3)]
     assert readme_index.nav_line(hs, 0) == "[Next: 02 · T2 →](02_n2.ipynb)"
