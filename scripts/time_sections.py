@@ -32,10 +32,13 @@ ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- timings:start -->", "<!-- timings:end -->"
 READ_WPM, CODE_WPM = 150, 75
 EXERCISE_MIN, QUIZ_MIN = 5, 2
-BREAK_MIN = {"core": 10, "full": 20}  # one 10-minute break in the 2-hour plan, two in the half day
-TARGET_MIN = {"core": 120, "full": 240}
+BREAK_MIN = {"core": 10, "full": 20, "further": 20}  # one 10-minute break in 2 hours, two in a half day
+TARGET_MIN = {"core": 120, "full": 240, "further": 240}
+PLAN_NAMES = {"core": "Core plan", "full": "Full plan", "further": "Going further"}
+# The notebooks (first, last) a plan covers; a plan not named here covers every notebook.
+SCOPE = {"core": ("01", "07"), "full": ("01", "07"), "further": ("08", "11")}
 UNMEASURED = "Not measured yet: run `make timings` on an idle machine."
-AFTER, DEMO = "after class", "demo"
+AFTER, DEMO, OUT = "after class", "demo", "-"
 # The 2-hour core plan is the path from one GPU to many (01-05); 06 and 07 follow after class or in a second
 # session. Sections (by the start of their title, "" for all) that a plan does not have students run themselves:
 PLAN: dict[str, dict[str, dict[str, str]]] = {
@@ -54,6 +57,7 @@ PLAN: dict[str, dict[str, dict[str, str]]] = {
         "05": {"4. Launching": DEMO, "8. Is it faster": DEMO, "9. Surviving a crash": DEMO},
         "07": {"2. \"Don't use several GPUs": DEMO},
     },
+    "further": {},
 }
 
 
@@ -121,6 +125,10 @@ def sections(number: str, cells: list[dict], timed: bool = True) -> list[Section
 
 
 def mode(plan: str, section: Section) -> str:
+    """How ``plan`` uses the section: run, demo, after class, or OUT when its notebook is not in the plan."""
+    first, last = SCOPE.get(plan, ("00", "99"))
+    if not first <= section.notebook <= last:
+        return OUT
     for prefix, how in PLAN[plan].get(section.notebook, {}).items():
         if section.title.startswith(prefix):
             return how
@@ -152,26 +160,29 @@ def render(all_sections: list[Section], measured: str) -> str:
     check_plan(all_sections)
     numbers = sorted({s.notebook for s in all_sections})
     timed = all(s.run_s is not None for s in all_sections)
-    lines = [START, measured, "", "| Notebook | Core plan (min) | Full plan (min) |", "|---|---:|---:|"]
-    totals = {}
-    for plan in ("core", "full"):
-        totals[plan] = {n: sum(s.minutes for s in all_sections if s.notebook == n and mode(plan, s) != AFTER)
-                        if timed else None for n in numbers}
+    plans = list(PLAN)
+    taught = lambda p, s: mode(p, s) not in (AFTER, OUT)  # noqa: E731
+    names = " | ".join(f"{PLAN_NAMES.get(p, p)} (min)" for p in plans)
+    lines = [START, measured, "", f"| Notebook | {names} |", "|---|" + "---:|" * len(plans)]
+    totals = {p: {n: sum(s.minutes for s in all_sections if s.notebook == n and taught(p, s)) if timed else None
+                  for n in numbers} for p in plans}
     for n in numbers:
-        shown = [_fmt(totals[p][n]) if any(mode(p, s) != AFTER for s in all_sections if s.notebook == n) else AFTER
-                 for p in ("core", "full")]
-        lines.append(f"| {n} | {shown[0]} | {shown[1]} |")
-    grand = {p: (sum(totals[p].values()) + BREAK_MIN[p]) if timed else None for p in totals}
-    lines.append(f"| breaks | {BREAK_MIN['core']} | {BREAK_MIN['full']} |")
-    lines.append(f"| **total** (target: {TARGET_MIN['core']} / {TARGET_MIN['full']}) "
-                 f"| **{_fmt(grand['core'])}** | **{_fmt(grand['full'])}** |")
-    lines += ["", "| Notebook | Section | Words (prose / code) | Run (s) | Read (min) | Exercise + quiz (min) "
-                  "| Core plan | Full plan |", "|---|---|---:|---:|---:|---:|---|---|"]
+        here = [s for s in all_sections if s.notebook == n]
+        shown = [_fmt(totals[p][n]) if any(taught(p, s) for s in here)
+                 else (OUT if all(mode(p, s) == OUT for s in here) else AFTER) for p in plans]
+        lines.append(f"| {n} | {' | '.join(shown)} |")
+    grand = {p: (sum(totals[p].values()) + BREAK_MIN.get(p, 0)) if timed else None for p in plans}
+    lines.append(f"| breaks | {' | '.join(str(BREAK_MIN.get(p, 0)) for p in plans)} |")
+    targets = " / ".join(str(TARGET_MIN.get(p, "-")) for p in plans)
+    lines.append(f"| **total** (target: {targets}) | {' | '.join(f'**{_fmt(grand[p])}**' for p in plans)} |")
+    lines += ["", "| Notebook | Section | Words (prose / code) | Run (s) | Read (min) | Exercise + quiz (min) | "
+                  + " | ".join(PLAN_NAMES.get(p, p) for p in plans) + " |", "|---|---|---:|---:|---:|---:|"
+              + "---|" * len(plans)]
     for s in all_sections:
         run = "TBD" if s.run_s is None else f"{s.run_s:.1f}"
-        plans = [f"{mode(p, s)}, {_fmt(s.minutes)} min" if mode(p, s) != AFTER else AFTER for p in ("core", "full")]
+        uses = [f"{mode(p, s)}, {_fmt(s.minutes)} min" if taught(p, s) else mode(p, s) for p in plans]
         lines.append(f"| {s.notebook} | {_cell(s.title)} | {s.prose} / {s.code} | {run} | {_fmt(s.read_min, whole=False)}"
-                     f" | {s.extra_min} | {plans[0]} | {plans[1]} |")
+                     f" | {s.extra_min} | {' | '.join(uses)} |")
     return "\n".join(lines + [END])
 
 
@@ -183,7 +194,7 @@ def parse_block(doc: str) -> tuple[str, dict[tuple[str, str], float | None]]:
     runs = {}
     for line in block:
         cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
-        if len(cells) == 8 and re.fullmatch(r"\d{2}", cells[0]):
+        if len(cells) == 6 + len(PLAN) and re.fullmatch(r"\d{2}", cells[0]):
             runs[(cells[0], cells[1])] = None if cells[3] == "TBD" else float(cells[3])
     return (block[0] if block else ""), runs
 

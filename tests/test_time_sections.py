@@ -65,7 +65,16 @@ def one_notebook(tmp_path, monkeypatch):
     path = tmp_path / "99_test.ipynb"
     path.write_text(json.dumps({"cells": CELLS, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     monkeypatch.setattr(ts, "PLAN", {"core": {"99": {"Second": ts.AFTER}}, "full": {"99": {"First": ts.DEMO}}})
+    monkeypatch.setattr(ts, "SCOPE", {})
     return path
+
+
+def test_a_plan_leaves_out_notebooks_outside_its_scope(one_notebook, monkeypatch):
+    monkeypatch.setattr(ts, "SCOPE", {"core": ("01", "07")})
+    block = ts.render(ts.load([one_notebook], timed=True), "Measured here.")
+    assert "| 99 | - | 7 |" in block  # the core plan has no notebook 99; the full plan teaches it
+    assert "| 99 | First part | 8 / 4 | 1.5 | 0.1 | 5 | - | demo, 5 min |" in block
+    assert "| **total** (target: 120 / 240) | **10** | **27** |" in block  # core: the break alone
 
 
 def test_block_round_trip_and_check(one_notebook, tmp_path):
