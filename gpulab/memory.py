@@ -171,12 +171,16 @@ def training_memory(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variant:
                      optimizer_state_bytes(optimizer), peak=peak.bytes, **saved)
 
 
-def profiled_peak(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variant: str = "float32") -> int:
-    """The same step as :func:`training_memory`, measured independently: the highest total bytes alive.
+def profiled_timeline(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variant: str = "float32") -> list[dict[str, int]]:
+    """The same step as :func:`training_memory`, measured independently: bytes alive at each moment, by category.
 
     Read from the profiler's memory timeline (``torch.profiler.profile(profile_memory=True)`` and
-    ``export_memory_timeline``), on any device, parameters included. Slower than a plain step.
+    ``export_memory_timeline``), on any device. The profiler sorts every tensor into a category
+    (``parameter``, ``optimizer state``, ``input``, ``temporary``, ``activation``, ``gradient``,
+    ``autograd detail``, ``unknown``); each entry of the list maps those names to bytes. Slower than a plain step.
     """
+    from torch.profiler import _memory_profiler  # the export's column order lives only here
+
     _, _, _, step = _one_step(model, x, y, variant)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if x.device.type == "cuda":
@@ -190,7 +194,13 @@ def profiled_peak(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variant: s
         prof.export_memory_timeline(path, device=str(x.device))
         with open(path) as f:
             _, sizes = json.load(f)
-    return max(sum(at_time) for at_time in sizes)
+    names = ["unknown" if c is None else c.name.lower().replace("_", " ") for c in _memory_profiler._CATEGORY_TO_INDEX]
+    return [dict(zip(names, at_time[1:])) for at_time in sizes]  # column 0 of the export is unused
+
+
+def profiled_peak(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variant: str = "float32") -> int:
+    """The highest total bytes alive during the step of :func:`profiled_timeline` (parameters included)."""
+    return max(sum(at_time.values()) for at_time in profiled_timeline(model, x, y, variant))
 
 
 def memory_table(model: nn.Module, x: torch.Tensor, y: torch.Tensor,

@@ -1,0 +1,80 @@
+"""Activation checkpointing: keep less for backward and compute it again (``torch.utils.checkpoint``).
+
+A model made of blocks normally keeps every block's inputs and outputs from the forward pass until
+backward needs them. With checkpointing on, each block keeps only its input; backward runs the block's
+forward a second time to get the rest back. Less memory, more compute::
+
+    from gpulab import recompute
+    model = recompute.BlockMLP(width=256, blocks=4, layers_per_block=2)
+    rows = recompute.compare(model, x, y)        # activation bytes and seconds, off and on
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+
+class BlockMLP(nn.Module):
+    """``blocks`` blocks of ``layers_per_block`` (Linear + ReLU) of ``width``, then a Linear head to 1.
+
+    ``checkpointing`` (an attribute, changeable at any time) runs each block under
+    ``torch.utils.checkpoint.checkpoint`` (non-reentrant): the same numbers, less kept for backward.
+    """
+
+    def __init__(self, width: int = 256, blocks: int = 4, layers_per_block: int = 2, checkpointing: bool = False):
+        super().__init__()
+        for name, value in (("width", width), ("blocks", blocks), ("layers_per_block", layers_per_block)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
+        self.blocks = nn.ModuleList(
+            nn.Sequential(*[m for _ in range(layers_per_block) for m in (nn.Linear(width, width), nn.ReLU())])
+            for _ in range(blocks))
+        self.head = nn.Linear(width, 1)
+        self.checkpointing = checkpointing
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102 - see the class docstring
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False) if self.checkpointing and torch.is_grad_enabled() else block(x)
+        return self.head(x)
+
+
+def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, repeats: int = 5) -> float:
+    """Median seconds of one forward + backward of ``model`` on ``(x, y)`` (MSE loss), after a warm-up step."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats={repeats!r} must be a positive integer")
+    times = []
+    for i in range(repeats + 1):
+        start = time.perf_counter()
+        nn.functional.mse_loss(model(x), y).backward()
+        if i:  # the first step warms up
+            times.append(time.perf_counter() - start)
+        model.zero_grad(set_to_none=True)
+    return sorted(times)[len(times) // 2]
+
+
+def compare(model: BlockMLP, x: torch.Tensor, y: torch.Tensor, repeats: int = 5) -> list[dict]:
+    """Checkpointing off and on for one training step: peak activation bytes, peak step bytes, seconds.
+
+    The bytes come from the profiler's memory timeline (:func:`gpulab.memory.profiled_timeline`), the
+    seconds from :func:`step_seconds`. ``model.checkpointing`` is restored afterwards.
+    """
+    from gpulab.memory import profiled_timeline
+
+    if not isinstance(model, BlockMLP):
+        raise ValueError(f"model must be a gpulab.recompute.BlockMLP, got {type(model).__name__}")
+    before, rows = model.checkpointing, []
+    try:
+        for on in (False, True):
+            model.checkpointing = on
+            timeline = profiled_timeline(model, x, y)
+            rows.append({"checkpointing": "on" if on else "off",
+                         "activations peak": max(t["activation"] for t in timeline),
+                         "step peak": max(sum(t.values()) for t in timeline),
+                         "seconds per step": step_seconds(model, x, y, repeats)})
+    finally:
+        model.checkpointing = before
+    return rows
