@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab.distributed.fsdp import train_fsdp
+import math
+
+from gpulab.distributed.fsdp import schedule, train_fsdp
 from gpulab.estimate import estimate
 from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
 from gpulab.train import fit, max_abs_difference
@@ -26,7 +28,8 @@ def reference() -> dict[str, torch.Tensor]:
 @pytest.mark.filterwarnings("ignore:3 ranks on:UserWarning")
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_fully_shard_equals_single_process_and_shards_follow_chunk(nproc, reference):
-    result = train_fsdp(nproc, RECIPE, timeout=120)
+    layered = nproc == 3  # 2 ranks: the whole model one unit; 3 ranks: each layer its own unit, profiled
+    result = train_fsdp(nproc, RECIPE, timeout=120, per_layer=layered, profile=layered)
     assert max_abs_difference(result.state_dict, reference) <= 1e-5
     assert max_abs_difference(result.state_dict, article_model(RECIPE).state_dict()) > 1e-3  # it trained
     full = {k: tuple(v.shape) for k, v in reference.items()}
@@ -41,6 +44,36 @@ def test_fully_shard_equals_single_process_and_shards_follow_chunk(nproc, refere
     assert rank0 == {k: est[k] for k in ("parameters", "gradients", "optimizer state")}
     whole = sum(p.numel() for p in model.parameters()) * 4
     assert sum(r["bytes"]["parameters"] for r in result.ranks) == whole
+    if layered:
+        assert_collectives_per_step(result.ranks)
+
+
+def assert_collectives_per_step(ranks):
+    """Per step: each of Net1's 3 layers gathered for forward and again for backward, its gradients reduce-scattered."""
+    steps = RECIPE.epochs * math.ceil(len(boston_data(RECIPE).X_train) / RECIPE.batch_size)
+    for report in ranks:
+        profile = report["profile"]
+        assert profile["steps"] == steps
+        assert profile["collectives"] == {"c10d::_allgather_base_": 6 * steps, "c10d::_reduce_scatter_base_": 3 * steps,
+                                          "c10d::allreduce_": RECIPE.epochs}  # fit's loss, once per epoch
+        first = schedule(profile["first step"])
+        forward = [s["unit"] for s in first if s["phase"] == "forward"]
+        assert forward == ["layer1", "layer2", "layer3"] and all(s["op"] == "all-gather" for s in first[:3])
+        backward = [(s["op"], s["unit"]) for s in first if s["phase"] == "backward"]
+        assert sorted(backward) == sorted([("all-gather", u) for u in forward] + [("reduce-scatter", u) for u in forward])
+        # a layer's gradients are reduce-scattered only after its weights were gathered for backward
+        assert all(backward.index(("all-gather", u)) < backward.index(("reduce-scatter", u)) for u in forward)
+
+
+def test_schedule_reads_fsdp_event_names():
+    names = ["FSDP::root_pre_forward", "FSDP::pre_forward (a)", "FSDP::all_gather (a)", "FSDP::all_gather",
+             "FSDP::post_forward (a)", "FSDP::pre_backward (a)", "FSDP::all_gather (a)",
+             "FSDP::post_backward_reduce (a)", "FSDP::post_backward_reduce"]
+    assert schedule(names) == [
+        {"op": "all-gather", "unit": "a", "phase": "forward"}, {"op": "all-gather", "unit": "(root)", "phase": "forward"},
+        {"op": "all-gather", "unit": "a", "phase": "backward"}, {"op": "reduce-scatter", "unit": "a", "phase": "backward"},
+        {"op": "reduce-scatter", "unit": "(root)", "phase": "backward"}]
+    assert schedule([]) == []
 
 
 @pytest.mark.slow

@@ -34,11 +34,12 @@ def recipe_args(recipe) -> list[str]:
 
 def train_fsdp(nproc: int, recipe=None, *, timeout: float = 300.0,
                on_line: Callable[[str], None] | None = None, save_dcp: str | Path | None = None,
-               resume: str | Path | None = None) -> FSDPResult:
+               resume: str | Path | None = None, per_layer: bool = False, profile: bool = False) -> FSDPResult:
     """Train ``recipe`` (default: the article's) with ``nproc`` FSDP2 ranks (gloo, CPU mesh).
 
     ``save_dcp``: a folder for a distributed checkpoint after ``recipe.epochs``; ``resume``: such a folder,
-    saved at any rank count, to continue from (up to ``recipe.epochs``).
+    saved at any rank count, to continue from (up to ``recipe.epochs``). ``per_layer``: each layer is its
+    own FSDP unit. ``profile``: each rank's report gains ``"profile"`` (read it with :func:`schedule`).
     """
     import torch
 
@@ -51,8 +52,29 @@ def train_fsdp(nproc: int, recipe=None, *, timeout: float = 300.0,
         args = recipe_args(recipe) + ["--out", tmp]
         args += ["--dcp", str(save_dcp)] if save_dcp is not None else []
         args += ["--resume", str(resume)] if resume is not None else []
+        args += ["--per-layer"] * per_layer + ["--profile"] * profile
         result = launch("gpulab.distributed.fsdp_worker", args, nproc=nproc, timeout=timeout, backend="gloo",
                         on_line=on_line)
         ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(nproc)]
         state = torch.load(Path(tmp) / "model.pt", map_location="cpu", weights_only=True)
     return FSDPResult(state, ranks, result.lines, result.seconds)
+
+
+#: FSDP2's event names (``torch.distributed.fsdp``'s record_function labels) -> the collective behind them.
+COLLECTIVE_EVENTS = {"FSDP::all_gather": "all-gather", "FSDP::post_backward_reduce": "reduce-scatter"}
+
+
+def schedule(event_names: list[str]) -> list[dict]:
+    """The collectives of one step, in order, from FSDP's event names (as ``--profile`` records them).
+
+    Each entry: ``op`` (all-gather or reduce-scatter), ``unit`` (the module it serves, ``"(root)"`` for the
+    outermost) and ``phase`` (forward until the first ``FSDP::pre_backward``, then backward).
+    """
+    rows, phase = [], "forward"
+    for name in event_names:
+        base, _, unit = name.partition(" (")
+        if base == "FSDP::pre_backward":
+            phase = "backward"
+        if base in COLLECTIVE_EVENTS:
+            rows.append({"op": COLLECTIVE_EVENTS[base], "unit": unit.rstrip(")") or "(root)", "phase": phase})
+    return rows

@@ -7,11 +7,16 @@ Every rank builds the recipe's model, shards each parameter along dim 0 over a C
 ``gpulab.train.fit`` loop. Each rank writes ``DIR/rank<N>.json``: its local shard shape of every
 parameter and the bytes of parameters, gradients and optimizer state it holds (measured from the local
 shards). Rank 0 gathers the full weights (``full_tensor()``) into ``DIR/model.pt``.
+
+``--per-layer`` shards each layer as its own unit before the root (FSDP's usual wrapping: one layer's
+weights gathered at a time). ``--profile`` runs training under ``torch.profiler`` and adds to the rank's
+report the names of FSDP's events in the first step, in order, and how many collectives of each kind ran.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -66,6 +71,18 @@ def load_dcp(folder: str, model: torch.nn.Module, optimizer: torch.optim.Optimiz
     return int(json.loads((Path(folder) / "epochs.json").read_text(encoding="utf-8"))["epochs"])
 
 
+def profiler_report(prof) -> dict:
+    """FSDP's events of the first training step, in order, and the count of each collective over the run."""
+    events = sorted((e for e in prof.events() if e.name.startswith("FSDP::")), key=lambda e: e.time_range.start)
+    names = [e.name for e in events]
+    starts = [i for i, name in enumerate(names) if name == "FSDP::root_pre_forward"] + [len(names)]
+    counts = {}
+    for e in prof.events():
+        if e.name.startswith("c10d::"):
+            counts[e.name] = counts.get(e.name, 0) + 1
+    return {"first step": names[starts[0]:starts[1]], "steps": len(starts) - 1, "collectives": counts}
+
+
 def train(args: argparse.Namespace, rank: int, world: int) -> None:
     """One rank's job once the process group is up."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -74,15 +91,24 @@ def train(args: argparse.Namespace, rank: int, world: int) -> None:
     recipe = recipe_from(args)
     data = boston_data(recipe)
     model = article_model(recipe, in_dim=data.X_train.shape[1])
-    fully_shard(model, mesh=init_device_mesh("cpu", (world,)))  # parameters become DTensors, sharded on dim 0
+    mesh = init_device_mesh("cpu", (world,))
+    if args.per_layer:  # each layer its own unit: its full weights exist only while it computes
+        for layer in model.children():
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)  # parameters become DTensors, sharded on dim 0
     optimizer = optimizer_for(model, recipe)  # built after sharding: its state is sharded too
     start_epoch = load_dcp(args.resume, model, optimizer) if args.resume else 0
-    fit(model, (data.X_train, data.y_train), epochs=recipe.epochs, optimizer=optimizer, start_epoch=start_epoch,
-        batch_size=recipe.batch_size, device="cpu", seed=recipe.seed, progress=False, rank=rank, world_size=world)
+    profiling = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if args.profile else None
+    with profiling or contextlib.nullcontext():
+        fit(model, (data.X_train, data.y_train), epochs=recipe.epochs, optimizer=optimizer, start_epoch=start_epoch,
+            batch_size=recipe.batch_size, device="cpu", seed=recipe.seed, progress=False, rank=rank, world_size=world)
     out = Path(args.out)
     if args.dcp:
         save_dcp(args.dcp, model, optimizer, recipe.epochs, rank)
-    write_json(out / f"rank{rank}.json", {"rank": rank, "world_size": world, **shard_report(model, optimizer)})
+    report = {"rank": rank, "world_size": world, **shard_report(model, optimizer)}
+    if profiling is not None:
+        report["profile"] = profiler_report(profiling)
+    write_json(out / f"rank{rank}.json", report)
     full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
     if rank == 0:  # full_tensor() is a collective: every rank gathers, rank 0 saves
         torch_save(out / "model.pt", {k: v.detach().clone() for k, v in full.items()})
@@ -96,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="folder for rank<N>.json and rank 0's model.pt")
     p.add_argument("--dcp", help="save a distributed checkpoint (DCP) in this folder at the end")
     p.add_argument("--resume", help="resume from a DCP folder saved by --dcp, at any rank count")
+    p.add_argument("--per-layer", action="store_true", help="shard each layer as its own unit, then the root")
+    p.add_argument("--profile", action="store_true", help="record FSDP's events and collectives (torch.profiler)")
     p.add_argument("--pg-timeout", type=float, default=120.0, help="seconds any collective may wait")
     args = p.parse_args(argv)
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
