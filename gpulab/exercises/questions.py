@@ -1,4 +1,4 @@
-"""The self-check questions of notebooks 01-07 (shown by ``gpulab.exercises.quiz``), about each one's main idea.
+"""The self-check questions of every notebook (shown by ``gpulab.exercises.quiz``), about each one's main idea.
 
 Values are computed, never typed in: a matmul's operation count from its shapes, DataParallel's split
 from ``gpulab.parallel``, a DDP rank's slice from ``torch.tensor_split``, the sampler's padding from
@@ -229,3 +229,7 @@ QUESTIONS: dict[str, tuple[Question, ...]] = {
                  "samples does it repeat per epoch?", grade=_sampler_padding, example="5"),
     ),
 }
+
+from gpulab.exercises import sharding  # noqa: E402 - the going-further notebooks keep their questions beside their checks
+
+QUESTIONS["08"] = sharding.QUESTIONS_08

@@ -1,4 +1,4 @@
-"""Self-check questions at the end of notebooks 01-07: pick an option or give a value, checked at once.
+"""Self-check questions at the end of every notebook: pick an option or give a value, checked at once.
 
 ``quiz("04")`` shows the notebook's questions as widgets (choose or type, press **Check**).
 ``check("04", 1, "a")`` is the same check in plain Python: it returns a ``Feedback`` that prints
