@@ -68,7 +68,7 @@ def launch_checks(port: int = DEFAULT_PORT) -> dict:
     interface, the debug level, torchrun or rank processes still running (a run that never ended)."""
     import psutil
 
-    interface = os.environ.get("GLOO_SOCKET_IFNAME") or current_plan(single_machine=True).env.get("GLOO_SOCKET_IFNAME")
+    interface = os.environ.get("GLOO_SOCKET_IFNAME") or current_plan().env.get("GLOO_SOCKET_IFNAME")
     return {"port": port, "port_free": port_free(port), "interface": interface,
             "interface_found": interface is None or interface in psutil.net_if_addrs(),
             "debug": os.environ.get("TORCH_DISTRIBUTED_DEBUG", ""), "leftovers": leftover_processes()}
@@ -126,7 +126,7 @@ def format_report(data: dict) -> str:
         kept = plan["kept"].get(name)
         said = f"{name}={kept} (set here, kept; gpulab would set {value})" if kept is not None else f"{name}={value}"
         lines.append(f"  {said}: {plan['reasons'][name]}")
-    lines += _format_checks(data["checks"])
+    lines += format_checks(data["checks"]) if "checks" in data else []
     smi = data["nvidia_smi"]
     if smi["found"]:
         lines.append(f"nvidia-smi   found: {smi['note']}")
@@ -136,7 +136,8 @@ def format_report(data: dict) -> str:
     return "\n".join(lines)
 
 
-def _format_checks(c: dict) -> list[str]:
+def format_checks(c: dict) -> list[str]:
+    """``launch_checks()`` as report lines."""
     leftovers = ", ".join(f"{p['what']} (pid {p['pid']})" for p in c["leftovers"]) or "none"
     lines = ["checks       what would break a launch here (notebook 10):",
              f"  port {c['port']} on 127.0.0.1: " + ("free" if c["port_free"] else

@@ -151,7 +151,7 @@ def test_doctor_sees_a_taken_port():
         port = taken.getsockname()[1]
         assert not port_free(port)
         assert doctor.launch_checks(port)["port_free"] is False
-        assert "IN USE" in "\n".join(doctor._format_checks(doctor.launch_checks(port)))
+        assert "IN USE" in "\n".join(doctor.format_checks(doctor.launch_checks(port)))
     assert port_free(port)
     with pytest.raises(ValueError, match="port=0"):
         port_free(0)

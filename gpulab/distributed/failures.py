@@ -81,6 +81,14 @@ class Reproduced:
     seconds: float = float("nan")
     lines: list[str] = field(default_factory=list)  # everything the case printed, every rank
 
+    def text(self, width: int = 110) -> str:
+        """The error, what differs and the fix, wrapped to ``width`` columns for reading."""
+        import textwrap
+
+        parts = [("error", self.error), ("detail", self.detail), ("fixed", self.fixed)]
+        return "\n".join(textwrap.fill(f"{what}: {said}", width, subsequent_indent="    ")
+                         for what, said in parts if said)
+
     @property
     def found(self) -> bool:
         """True when the error (or output) holds the case's tell-tale words."""

@@ -35,10 +35,21 @@ def say(case: str, what: str, text: str) -> None:
     print(f"case {case} {what}: {first}", flush=True)
 
 
+def first_sentence(text: str, most: int = 3) -> str:
+    """The message's first line, joined with the next ones (at most ``most``) while a sentence runs on."""
+    lines = [line.strip() for line in text.strip().splitlines()]
+    said = lines[0] if lines else ""
+    for line in lines[1:most]:
+        if said.endswith(".") or not line:
+            break
+        said += " " + line
+    return said
+
+
 def report_error(case: str, exc: Exception) -> None:
-    """The exception's first line, then the part of its message that names what differs (``detail``)."""
+    """The exception's first sentence, then the part of its message that names what differs (``detail``)."""
     text = f"{type(exc).__name__}: {exc}"
-    say(case, "error", text)
+    say(case, "error", first_sentence(text))
     for start in DETAIL_STARTS:
         at = text.find(start)
         if at >= 0:

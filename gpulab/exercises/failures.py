@@ -55,7 +55,7 @@ def check_diagnosis(answers: object) -> Feedback:
     unknown = sorted(set(map(str, answers)) - set(LOGS))
     if unknown:
         return wrong(f"there is no log {unknown[0]!r}: the logs are {', '.join(LOGS)}")
-    missing = [letter for letter in LOGS if letter not in answers]
+    missing = [letter for letter in LOGS if answers.get(letter) in (None, "", "?")]
     if missing:
         return wrong(f"diagnose every log: {', '.join(missing)} not answered yet")
     for letter, cause in answers.items():
