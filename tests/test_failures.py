@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -160,7 +161,10 @@ def test_doctor_sees_a_taken_port():
 def test_doctor_sees_a_leftover_rank_process():
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "gpulab.distributed.fake_worker"])
     try:
-        found = [p for p in leftover_processes() if p["pid"] == sleeper.pid]
+        deadline = time.monotonic() + 10  # until the child has exec'd, its command line is still ours
+        while not (found := [p for p in leftover_processes() if p["pid"] == sleeper.pid]):
+            assert time.monotonic() < deadline, "the sleeping process was never seen"
+            time.sleep(0.05)
         assert found == [{"pid": sleeper.pid, "what": "gpulab.distributed.fake_worker"}]
     finally:
         stop_processes([psutil.Process(sleeper.pid)], grace=2)

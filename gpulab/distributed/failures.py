@@ -120,8 +120,9 @@ def _fatal_error(exc: LaunchError, name: str) -> str:
     """The tell-tale line of a case that ended the launch, from the failing rank's last lines."""
     said = [RANK_PREFIX.sub("", line) for line in exc.lines if line_rank(line) is not None]
     tell = case(name).tell
-    return next((line for line in said if tell in line),
-                next((line for line in reversed(said) if "Error" in line), "no error line found"))
+    return next((line for line in said if tell in line and "Error" in line),
+                next((line for line in said if tell in line),
+                     next((line for line in reversed(said) if "Error" in line), "no error line found")))
 
 
 def plan(names: Sequence[str]) -> list[str]:
