@@ -79,6 +79,7 @@ class Reproduced:
     fixed: str = ""
     failed_rank: int | None = None  # the rank torchrun reports as the root cause (a case that ends the launch)
     seconds: float = float("nan")
+    startup: float = float("nan")  # only for "launch": seconds until the ranks printed their first case
     lines: list[str] = field(default_factory=list)  # everything the case printed, every rank
 
     def text(self, width: int = 110) -> str:
@@ -144,7 +145,8 @@ def reproduce(names: Sequence[str] = LAUNCHED, *, nproc: int = 2, timeout: float
     The launch runs with ``TORCH_DISTRIBUTED_DEBUG=INFO`` (DDP then names unused parameters); the worker
     checks the groups of ``mismatch`` and ``shapes`` as DETAIL does.
 
-    ``"launch"`` in the result holds every line and the launch's wall time. A launch running past
+    ``"launch"`` in the result holds every line, the launch's wall time and its start-up time (until the
+    first case's output: torchrun and the ranks starting, importing torch, joining the group). A launch running past
     ``timeout`` s is stopped with all its ranks (``LaunchTimeout``).
     """
     names = plan(names)
@@ -152,10 +154,15 @@ def reproduce(names: Sequence[str] = LAUNCHED, *, nproc: int = 2, timeout: float
         from gpulab.distributed.torchrun import launch
     args = [a for n in names for a in ("--case", n)]
     args += ["--short-timeout", str(short_timeout), "--barrier-timeout", str(barrier_timeout)]
-    start = time.perf_counter()
+    start, first_case = time.perf_counter(), []
+
+    def stamp(line: str) -> None:  # when the ranks, started and in their group, print their first case
+        if not first_case and CASE_LINE.match(RANK_PREFIX.sub("", line)):
+            first_case.append(time.perf_counter() - start)
+
     try:
         result = launch("gpulab.distributed.failures_worker", args, nproc=nproc, timeout=timeout,
-                        env={"TORCH_DISTRIBUTED_DEBUG": "INFO"}, on_line=None)
+                        env={"TORCH_DISTRIBUTED_DEBUG": "INFO"}, on_line=stamp)
         lines, error = result.lines, None
     except LaunchTimeout:
         raise
@@ -170,7 +177,8 @@ def reproduce(names: Sequence[str] = LAUNCHED, *, nproc: int = 2, timeout: float
             raise RuntimeError(f"case {fatal[0]!r} ended without the error it reproduces")
         out[fatal[0]].error = _fatal_error(error, fatal[0])
         out[fatal[0]].failed_rank = error.rank
-    out["launch"] = Reproduced("launch", seconds=time.perf_counter() - start, lines=list(lines))
+    out["launch"] = Reproduced("launch", seconds=time.perf_counter() - start, lines=list(lines),
+                               startup=first_case[0] if first_case else float("nan"))
     return out
 
 
