@@ -16,9 +16,11 @@ import subprocess
 import torch
 
 from gpulab import devices
-from gpulab.distributed.rendezvous import current_plan
+from gpulab.distributed.processes import leftover_processes
+from gpulab.distributed.rendezvous import current_plan, port_free
 
 NVIDIA_SMI_TIMEOUT_S = 10
+DEFAULT_PORT = 29500  # torchrun's default --master-port (and the usual MASTER_PORT of hand-written scripts)
 
 
 def distributed_backends() -> dict[str, bool]:
@@ -61,6 +63,17 @@ def torchrun_settings() -> dict:
     return plan
 
 
+def launch_checks(port: int = DEFAULT_PORT) -> dict:
+    """What breaks a launch here before training starts (notebook 10): a taken port, a missing loopback
+    interface, the debug level, torchrun or rank processes still running (a run that never ended)."""
+    import psutil
+
+    interface = os.environ.get("GLOO_SOCKET_IFNAME") or current_plan().env.get("GLOO_SOCKET_IFNAME")
+    return {"port": port, "port_free": port_free(port), "interface": interface,
+            "interface_found": interface is None or interface in psutil.net_if_addrs(),
+            "debug": os.environ.get("TORCH_DISTRIBUTED_DEBUG", ""), "leftovers": leftover_processes()}
+
+
 def report() -> dict:
     """Everything ``gpulab doctor`` prints, as JSON-ready data."""
     return {
@@ -76,6 +89,7 @@ def report() -> dict:
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "torchrun": torchrun_settings(),
+        "checks": launch_checks(),
     }
 
 
@@ -112,6 +126,7 @@ def format_report(data: dict) -> str:
         kept = plan["kept"].get(name)
         said = f"{name}={kept} (set here, kept; gpulab would set {value})" if kept is not None else f"{name}={value}"
         lines.append(f"  {said}: {plan['reasons'][name]}")
+    lines += format_checks(data["checks"]) if "checks" in data else []
     smi = data["nvidia_smi"]
     if smi["found"]:
         lines.append(f"nvidia-smi   found: {smi['note']}")
@@ -119,3 +134,17 @@ def format_report(data: dict) -> str:
     else:
         lines.append(f"nvidia-smi   {smi['note']}")
     return "\n".join(lines)
+
+
+def format_checks(c: dict) -> list[str]:
+    """``launch_checks()`` as report lines."""
+    leftovers = ", ".join(f"{p['what']} (pid {p['pid']})" for p in c["leftovers"]) or "none"
+    lines = ["checks       what would break a launch here (notebook 10):",
+             f"  port {c['port']} on 127.0.0.1: " + ("free" if c["port_free"] else
+                                                   "IN USE (--standalone picks a free one; or stop the old run)")]
+    if c["interface"] is not None:
+        lines.append(f"  loopback interface {c['interface']}: " + ("found" if c["interface_found"] else
+                     "NOT FOUND (set GLOO_SOCKET_IFNAME to this machine's loopback interface)"))
+    lines += [f"  TORCH_DISTRIBUTED_DEBUG: {c['debug'] or 'not set'} (DETAIL names mismatched collectives)",
+              f"  torchrun/rank processes running now: {leftovers}"]
+    return lines

@@ -87,6 +87,33 @@ class ProcessTree:
         return None
 
 
+LAUNCH_MARKERS = ("torch.distributed.run", "torchrun", "gpulab.distributed.")  # torchrun and the rank programs
+
+
+def leftover_processes(markers: Iterable[str] = LAUNCH_MARKERS) -> list[dict]:
+    """This user's running processes whose command line names torchrun or a gpulab rank program.
+
+    Each is ``{"pid": ..., "what": <the first word of the command naming a marker>}`` (no paths).
+    Leftovers of a run that never ended hold ports and memory; this process and its parents are skipped.
+    """
+    me = psutil.Process()
+    skip = {me.pid, *(p.pid for p in me.parents())}
+    try:
+        user = me.username()
+    except (psutil.AccessDenied, KeyError):
+        user = None
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "username"]):
+        info = proc.info
+        if info["pid"] in skip or (user is not None and info.get("username") != user) or not running(proc):
+            continue
+        words = [w.replace("\\", "/").rsplit("/", 1)[-1] for w in info.get("cmdline") or []]
+        what = next((w for w in words if any(m in w for m in markers)), None)
+        if what is not None:
+            found.append({"pid": info["pid"], "what": what})
+    return found
+
+
 def kill(proc: psutil.Process) -> bool:
     """Kill ``proc`` at once (SIGKILL on POSIX, TerminateProcess on Windows); False if it was already gone."""
     try:

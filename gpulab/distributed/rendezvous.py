@@ -86,6 +86,20 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
+def port_free(port: int, host: str = LOOPBACK) -> bool:
+    """True if a server could listen on ``host:port`` now (as torch's TCPStore would: address reuse on POSIX)."""
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise ValueError(f"port={port!r} must be an integer in 1..65535")
+    with socket.socket() as s:
+        if sys.platform != "win32":  # on Windows SO_REUSEADDR would let two servers share a port
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port(host: str = LOOPBACK) -> int:
     """A TCP port that was free a moment ago (for a rendezvous between two launches)."""
     with socket.socket() as s:

@@ -7,7 +7,7 @@ from ``gpulab.parallel``, a DDP rank's slice from ``torch.tensor_split``, the sa
 
 from __future__ import annotations
 
-from gpulab.exercises import Feedback, correct, wrong
+from gpulab.exercises import Feedback, correct, failures, sharding, wrong
 from gpulab.exercises.data_parallel import check_replica_sizes
 from gpulab.exercises.quiz import Option as O
 from gpulab.exercises.quiz import Question
@@ -229,7 +229,6 @@ QUESTIONS: dict[str, tuple[Question, ...]] = {
                  "samples does it repeat per epoch?", grade=_sampler_padding, example="5"),
     ),
 }
-
-from gpulab.exercises import sharding  # noqa: E402 - the going-further notebooks keep their questions beside their checks
-
+# The going-further notebooks keep their questions beside their exercise checks.
 QUESTIONS["08"] = sharding.QUESTIONS_08
+QUESTIONS["10"] = failures.QUESTIONS_10
