@@ -15,7 +15,7 @@ import subprocess
 
 import torch
 
-from gpulab import devices
+from gpulab import compiling, devices
 from gpulab.distributed.rendezvous import current_plan
 
 NVIDIA_SMI_TIMEOUT_S = 10
@@ -76,6 +76,7 @@ def report() -> dict:
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "torchrun": torchrun_settings(),
+        "compile": compiling.compile_support("auto"),
     }
 
 
@@ -104,6 +105,8 @@ def format_report(data: dict) -> str:
         "distributed  " + ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in dist.items()),
         f"threads      {data['threads']}  (torch.get_num_threads(); {data['cpu_count']} logical CPUs)",
     ]
+    comp = data["compile"]
+    lines.append(f"compile      torch.compile on {comp['device']}: {'yes' if comp['ok'] else 'no'} ({comp['note']})")
     plan = data["torchrun"]
     lines.append(f"torchrun     what gpulab adds to a run on this machine ({plan['platform']}):")
     for name, value in zip(plan["flags"][::2], plan["flags"][1::2]):

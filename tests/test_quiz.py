@@ -15,7 +15,7 @@ VALUE = [(nb, i, q) for nb, qs in QUESTIONS.items() for i, q in enumerate(qs, st
 
 
 def test_notebooks_01_to_07_have_two_or_three_questions():
-    assert sorted(QUESTIONS) == [f"{n:02d}" for n in range(1, 8)]
+    assert {f"{n:02d}" for n in range(1, 8)} <= set(QUESTIONS)
     assert all(2 <= len(qs) <= 3 for qs in QUESTIONS.values())
     assert VALUE and CHOICE  # both kinds are asked
 
@@ -82,7 +82,7 @@ def test_notebook_names(notebook):
 
 @pytest.mark.parametrize("notebook", ["99", "08", "", "abc", True, None])
 def test_unknown_notebook_is_a_one_line_error(notebook):
-    with pytest.raises(ValueError, match=r"^no questions for notebook .*: use one of 01, 02, .*07$"):
+    with pytest.raises(ValueError, match=r"^no questions for notebook .*: use one of 01, 02, .*07(, \d\d)*$"):
         check(notebook, 1, "a")
 
 
