@@ -176,5 +176,5 @@ def plot_timeline(result: StepProfile | Sequence[PhaseEvent], ax=None):
     ax.invert_yaxis()
     ax.set_xlabel("ms since the first profiled step began")
     ax.set_title("one training step after another, split into phases")
-    ax.legend(ncol=len(PHASES), fontsize="small", loc="lower right")
+    ax.legend(ncol=len(PHASES), fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.3))
     return ax

@@ -10,7 +10,7 @@ where the two limits meet: below it an operation is **memory-bound** (waiting fo
 Examples::
 
     from gpulab import roofline
-    line, _ = roofline.measure_cpu_roofline()          # peak and bandwidth from gpulab.bench's probes
+    line, _ = roofline.measure_roofline("cpu")         # peak and bandwidth from gpulab.bench's probes
     cost = roofline.matmul_cost(512, 512, 512)         # FLOPs from FlopCounterMode, bytes counted
     line.classify(cost.intensity)                      # 'compute-bound'
     print(roofline.this_cpu_peak().explain())           # cores x clock x FLOP per cycle, derived
@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from gpulab import bench
+import torch
+
+from gpulab import bench, devices
 from gpulab.cpupeak import CpuPeak, cpu_peak, flop_per_cycle, this_cpu_peak  # noqa: F401  (re-exported)
 from gpulab.opcount import OpCost, gelu_cost, linear_costs, matmul_cost, op_cost  # noqa: F401  (re-exported)
 
@@ -99,19 +101,25 @@ class Roofline:
 H200_SPEC = Roofline("NVIDIA H200 SXM (spec sheet, FP32)", 67e12, 4.8e12, source=H200_URL)
 
 
-def measure_cpu_roofline(sizes: Sequence[int] = (256, 512, 1024), copy_mb: Sequence[int] = (64,),
-                         threads: int | None = None, min_run_time: float = 0.1) -> tuple[Roofline, list]:
-    """This CPU's roofline from notebook 01's probes: the best float32 matmul rate and the best copy rate.
+def measure_roofline(device: str | torch.device = "cpu", sizes: Sequence[int] | None = None,
+                     copy_mb: Sequence[int] | None = None, threads: int | None = None,
+                     min_run_time: float = 0.1) -> tuple[Roofline, list]:
+    """A device's roofline from notebook 01's probes: the best float32 matmul rate and the best copy rate.
 
-    The bandwidth is the best of ``copy_probe`` kinds ``device`` (read + write) and ``add`` (read 2,
-    write 1). Returns the ``Roofline`` and the ``BenchResult``s it was made from.
+    Sizes default to ``gpulab.bench.default_sizes`` for the device. The bandwidth is the best of
+    ``copy_probe`` kinds ``device`` (read + write) and ``add`` (read 2, write 1). Returns the
+    ``Roofline`` and the ``BenchResult``s it was made from.
     """
-    matmuls = bench.matmul_sweep("cpu", sizes, "float32", threads=threads, min_run_time=min_run_time)
+    dev = devices.pick_device(device)
+    sizes = bench.default_sizes("matmul", dev) if sizes is None else sizes
+    copy_mb = bench.default_sizes("copy", dev)[-1:] if copy_mb is None else copy_mb
+    matmuls = bench.matmul_sweep(dev, sizes, "float32", threads=threads, min_run_time=min_run_time)
     copies = [r for kind in ("device", "add")
-              for r in bench.copy_sweep("cpu", copy_mb, kind, threads=threads, min_run_time=min_run_time)]
+              for r in bench.copy_sweep(dev, copy_mb, kind, threads=threads, min_run_time=min_run_time)]
     best_mm = max(matmuls, key=lambda r: r.rate)
     best_copy = max(copies, key=lambda r: r.rate)
-    line = Roofline("this CPU (measured)", best_mm.rate * 1e9, best_copy.rate * 1e9,
+    what = "this CPU" if dev.type == "cpu" else f"this {dev.type.upper()} device"
+    line = Roofline(f"{what} (measured)", best_mm.rate * 1e9, best_copy.rate * 1e9,
                     source=f"matmul n={best_mm.size}, {best_mm.threads} threads; copy {best_copy.kind} {best_copy.size} MiB")
     return line, matmuls + copies
 
@@ -145,16 +153,15 @@ def plot_roofline(lines: Sequence[Roofline], ops: Sequence[OpCost] = (), ax=None
         ax.plot(grid, [line.attainable(x) / 1e9 for x in grid], "-", label=f"{line.name}")
         ax.axvline(line.ridge, ls=":", color=ax.get_lines()[-1].get_color(), alpha=0.6)
     first = lines[0]
-    for c in ops:
-        if c.intensity > 0:
-            ax.plot(c.intensity, first.attainable(c.intensity) / 1e9, "o")
-            ax.annotate(c.name, (c.intensity, first.attainable(c.intensity) / 1e9), fontsize=8,
-                        xytext=(4, -10), textcoords="offset points")
+    markers = "osD^vP*Xh<>"
+    for i, c in enumerate(op for op in ops if op.intensity > 0):
+        ax.plot(c.intensity, first.attainable(c.intensity) / 1e9, markers[i % len(markers)], ls="none",
+                markersize=7, alpha=0.8, label=f"{c.name} ({c.intensity:.3g} FLOP/byte)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte)")
     ax.set_ylabel("attainable GFLOP/s")
-    ax.set_title("roofline: dotted lines mark the ridge points")
-    ax.legend(fontsize="small")
+    ax.set_title("roofline: dotted lines mark the ridge points; operations on the first roof")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(True, which="both", alpha=0.3)
     return ax

@@ -103,7 +103,7 @@ def test_bad_intensities_and_counts_raise():
 
 
 def test_measured_roofline_takes_the_best_probe_results():
-    line, results = roofline.measure_cpu_roofline(sizes=(32, 64), copy_mb=(1,), min_run_time=0.01)
+    line, results = roofline.measure_roofline("cpu", sizes=(32, 64), copy_mb=(1,), min_run_time=0.01)
     matmuls = [r for r in results if r.probe == "matmul"]
     copies = [r for r in results if r.probe == "copy"]
     assert [r.size for r in matmuls] == [32, 64] and {r.kind for r in copies} == {"device", "add"}
@@ -125,7 +125,8 @@ def test_gpu_roofline_is_none_without_a_recording_and_read_from_one(tmp_path):
 def test_plot_roofline_draws_a_roof_per_machine_and_the_ops():
     ops = [roofline.matmul_cost(256, 256, 256), roofline.gelu_cost(4096)]
     ax = roofline.plot_roofline([roofline.Roofline("a", 100e9, 10e9), roofline.H200_SPEC], ops)
-    assert ax.get_xscale() == "log" and len(ax.texts) == 2
+    assert ax.get_xscale() == "log" and len(ax.get_lines()) == 2 * 2 + len(ops)  # roof + ridge each, one per op
+    assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == f"GELU 4,096 ({ops[1].intensity:.3g} FLOP/byte)"
     plt.close("all")
     with pytest.raises(ValueError, match="at least one Roofline"):
         roofline.plot_roofline([])
