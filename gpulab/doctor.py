@@ -15,7 +15,7 @@ import subprocess
 
 import torch
 
-from gpulab import devices
+from gpulab import compiling, devices
 from gpulab.distributed.processes import leftover_processes
 from gpulab.distributed.rendezvous import current_plan, port_free
 
@@ -90,6 +90,7 @@ def report() -> dict:
         "cpu_count": os.cpu_count(),
         "torchrun": torchrun_settings(),
         "checks": launch_checks(),
+        "compile": compiling.compile_support("auto"),
     }
 
 
@@ -118,6 +119,8 @@ def format_report(data: dict) -> str:
         "distributed  " + ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in dist.items()),
         f"threads      {data['threads']}  (torch.get_num_threads(); {data['cpu_count']} logical CPUs)",
     ]
+    comp = data["compile"]
+    lines.append(f"compile      torch.compile on {comp['device']}: {'yes' if comp['ok'] else 'no'} ({comp['note']})")
     plan = data["torchrun"]
     lines.append(f"torchrun     what gpulab adds to a run on this machine ({plan['platform']}):")
     for name, value in zip(plan["flags"][::2], plan["flags"][1::2]):

@@ -1,0 +1,127 @@
+"""``torch.compile`` on this machine: can it work here, and what does it buy for one training step?
+
+On a CPU, torch.compile's default backend (**inductor**) writes C++ code for the model's graph and
+builds it with a C++ compiler: the one named by the ``CXX`` environment variable, else ``g++``
+(``clang++`` on macOS, ``cl`` on Windows), the same search as ``torch._inductor.cpp_builder``.
+On a CUDA GPU it writes Triton kernels instead, so it needs the ``triton`` package.
+:func:`compile_support` says which applies; :func:`measure_compile` times the first (compiling)
+step and the steady state of eager and compiled steps, with ``gpulab.bench.time_call``.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import shutil
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from gpulab import bench, devices
+
+
+def cxx_candidates(platform: str | None = None, env: dict | None = None) -> list[str]:
+    """The C++ compilers inductor tries, in order: ``$CXX`` if set, else the platform's default."""
+    platform = sys.platform if platform is None else platform
+    env = os.environ if env is None else env
+    if env.get("CXX"):
+        return [env["CXX"]]
+    if platform == "win32":
+        return ["cl"]
+    return ["clang++"] if platform == "darwin" else ["g++"]
+
+
+def find_cxx(platform: str | None = None, env: dict | None = None, which: Callable | None = None) -> str | None:
+    """The name (not the path) of the first C++ compiler on PATH that inductor would use, or None."""
+    which = which or shutil.which
+    for name in cxx_candidates(platform, env):
+        if which(name):
+            return os.path.basename(name)
+    return None
+
+
+def compile_support(device: str | torch.device = "cpu", which: Callable | None = None) -> dict:
+    """``{"device", "ok", "needs", "note"}``: can ``torch.compile`` (inductor) build code for ``device`` here?"""
+    dev = devices.pick_device(device)
+    if not hasattr(torch, "compile"):
+        return {"device": str(dev), "ok": False, "needs": "torch >= 2.0", "note": "this torch has no torch.compile"}
+    if dev.type == "cuda":
+        ok = importlib.util.find_spec("triton") is not None
+        return {"device": str(dev), "ok": ok, "needs": "triton",
+                "note": "triton found" if ok else "the triton package is missing: pip install triton"}
+    wanted = " or ".join(cxx_candidates())
+    found = find_cxx(which=which)
+    if found:
+        return {"device": str(dev), "ok": True, "needs": "a C++ compiler", "note": f"C++ compiler {found} found"}
+    return {"device": str(dev), "ok": False, "needs": "a C++ compiler",
+            "note": f"no C++ compiler ({wanted}) on PATH: install one, or set CXX, to use torch.compile here"}
+
+
+def skip_message(support: dict) -> str:
+    """What a notebook cell prints when it skips compiling: why, and what would fix it."""
+    return f"Skipping torch.compile on {support['device']}: {support['note']}."
+
+
+@dataclass(frozen=True)
+class CompileTiming:
+    """First compiled step (compiling included) and steady-state step times, in seconds."""
+
+    first_step_s: float
+    eager_step_s: float
+    compiled_step_s: float
+
+    @property
+    def speedup(self) -> float:
+        """How many times faster a compiled step is than an eager one (below 1: slower)."""
+        return self.eager_step_s / self.compiled_step_s
+
+    def to_dict(self) -> dict:
+        """A JSON-friendly dict, speed-up included."""
+        return {**asdict(self), "speedup": self.speedup}
+
+
+def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
+    """One step: forward, MSE loss, backward, optimizer step, zero the gradients."""
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def measure_compile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: float = 0.01,
+                    min_run_time: float = 0.3, device: str | torch.device = "cpu", fresh: bool = True) -> CompileTiming:
+    """Time one training step of ``model`` (Adam, MSE) eager and under ``torch.compile(copy)``.
+
+    The first compiled step is timed alone (tracing, code generation and the C++ build happen
+    there); then both kinds of step are timed in the steady state. ``fresh`` compiles with
+    inductor's on-disk caches off (``torch.compiler.config.force_disable_caches``), so the first
+    step is a cold compile even when this ran before. Raises ValueError where
+    :func:`compile_support` says no.
+    """
+    support = compile_support(device)
+    if not support["ok"]:
+        raise ValueError(skip_message(support))
+    dev = devices.pick_device(device)
+    eager = model.to(dev)
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model)
+    opt_e = torch.optim.Adam(eager.parameters(), lr=lr)
+    opt_c = torch.optim.Adam(compiled_model.parameters(), lr=lr)
+    x, y = x.to(dev), y.to(dev)
+    devices.synchronize(dev)
+    with torch.compiler.config.patch(force_disable_caches=bool(fresh)), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*force_disable_caches")  # says caches are off: we know
+        start = time.perf_counter()
+        training_step(compiled, opt_c, x, y)
+        devices.synchronize(dev)
+        first = time.perf_counter() - start
+    env = {"step": training_step, "x": x, "y": y}
+    eager_s, _ = bench.time_call("step(m, o, x, y)", {**env, "m": eager, "o": opt_e}, dev, min_run_time=min_run_time)
+    comp_s, _ = bench.time_call("step(m, o, x, y)", {**env, "m": compiled, "o": opt_c}, dev, min_run_time=min_run_time)
+    return CompileTiming(first, eager_s, comp_s)

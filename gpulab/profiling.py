@@ -1,0 +1,176 @@
+"""Where a training step's time goes: ``torch.profiler`` over a few steps, split into four phases.
+
+Each step runs as four labelled blocks (``torch.profiler.record_function``), so the profiler's
+event list says how long each one took:
+
+- ``data``: the next batch from the ``DataLoader`` (and its copy to the device);
+- ``forward``: the model's output and the loss;
+- ``backward``: ``loss.backward()``, the gradients;
+- ``optimizer``: ``optimizer.step()`` and ``zero_grad``.
+
+On a GPU work is queued asynchronously, so each block ends with ``gpulab.devices.synchronize``:
+the labels then cover the device's work, not only its launch. Example::
+
+    from gpulab import profiling
+    prof = profiling.profile_steps(model, optimizer, loader, steps=5, trace_path="runs/trace.json")
+    prof.per_phase_ms()          # {'data': ..., 'forward': ..., 'backward': ..., 'optimizer': ...}
+    print(prof.table(10))        # the top operators, from prof.profiler.key_averages()
+    profiling.plot_timeline(prof)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from gpulab import devices
+
+PHASES = ("data", "forward", "backward", "optimizer")
+LABEL = "phase/"  # record_function names: phase/data, phase/forward, ...
+
+
+@dataclass(frozen=True)
+class PhaseEvent:
+    """One phase of one step: when it started (ms from the first event) and how long it took (ms)."""
+
+    step: int
+    phase: str
+    start_ms: float
+    ms: float
+
+
+def phase_events(events: Iterable) -> list[PhaseEvent]:
+    """The labelled phases among profiler events (``prof.events()``), numbered by step, in time order.
+
+    Any object with ``name`` and ``time_range.start`` / ``.end`` (microseconds) works; a step
+    starts with each ``data`` phase.
+    """
+    found = []
+    for e in events:
+        name = getattr(e, "name", "")
+        device_type = getattr(e, "device_type", None)
+        if name.startswith(LABEL) and name[len(LABEL):] in PHASES and (device_type is None or "CPU" in str(device_type)):
+            found.append((e.time_range.start, e.time_range.end, name[len(LABEL):]))
+    found.sort()
+    if not found:
+        return []
+    origin, step, out = found[0][0], -1, []
+    for start, end, phase in found:
+        step += phase == "data"
+        out.append(PhaseEvent(max(step, 0), phase, (start - origin) / 1000, (end - start) / 1000))
+    return out
+
+
+def per_phase_ms(events: Sequence[PhaseEvent]) -> dict[str, float]:
+    """Mean milliseconds per step of each phase (every phase listed, 0.0 when absent)."""
+    steps = len({e.step for e in events}) or 1
+    return {p: sum(e.ms for e in events if e.phase == p) / steps for p in PHASES}
+
+
+@dataclass
+class StepProfile:
+    """What ``profile_steps`` measured: the profiler itself, the phase events, the trace file (or None)."""
+
+    profiler: profile
+    events: list[PhaseEvent]
+    trace_path: Path | None
+    steps: int
+
+    def per_phase_ms(self) -> dict[str, float]:
+        """Mean milliseconds per step of each phase."""
+        return per_phase_ms(self.events)
+
+    def span_ms(self) -> float:
+        """Milliseconds from the first phase's start to the last one's end."""
+        return max((e.start_ms + e.ms for e in self.events), default=0.0)
+
+    def table(self, row_limit: int = 10) -> str:
+        """The operators that took the most CPU time in total (``key_averages().table``)."""
+        return self.profiler.key_averages().table(sort_by="cpu_time_total", row_limit=row_limit)
+
+
+def _batches(loader: Iterable):
+    while True:
+        empty = True
+        for batch in loader:
+            empty = False
+            yield batch
+        if empty:
+            raise ValueError("the loader gave no batch: it must yield (x, y) pairs")
+
+
+def _check_count(value: object, what: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{what}={value!r} must be an integer >= {minimum}")
+    return value
+
+
+def profile_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Iterable, *, steps: int = 5,
+                  warmup: int = 1, loss_fn: Callable | None = None, device: str | torch.device = "cpu",
+                  trace_path: str | Path | None = None) -> StepProfile:
+    """Train ``steps`` steps under ``torch.profiler`` (after ``warmup`` unprofiled ones), phases labelled.
+
+    ``loader`` yields ``(x, y)`` batches and is restarted when it runs out. ``trace_path`` (optional)
+    receives a Chrome/Perfetto trace (open it at https://ui.perfetto.dev or chrome://tracing).
+    """
+    steps, warmup = _check_count(steps, "steps", 1), _check_count(warmup, "warmup", 0)
+    device = devices.pick_device(device)
+    loss_fn = loss_fn or nn.MSELoss()
+    batches = _batches(loader)
+    sync = devices.synchronize
+
+    def step() -> None:
+        with record_function(LABEL + "data"):
+            x, y = next(batches)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            sync(device)
+        with record_function(LABEL + "forward"):
+            loss = loss_fn(model(x), y)
+            sync(device)
+        with record_function(LABEL + "backward"):
+            loss.backward()
+            sync(device)
+        with record_function(LABEL + "optimizer"):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            sync(device)
+
+    model.train()
+    for _ in range(warmup):
+        step()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+    path = None
+    if trace_path is not None:
+        path = Path(trace_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(path))
+    return StepProfile(prof, phase_events(prof.events()), path, steps)
+
+
+def plot_timeline(result: StepProfile | Sequence[PhaseEvent], ax=None):
+    """One row per step, one coloured bar per phase, time in ms on the x axis. Returns the Axes."""
+    import matplotlib.pyplot as plt
+
+    events = result.events if isinstance(result, StepProfile) else list(result)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * max(1, len({e.step for e in events}))))
+    colors = dict(zip(PHASES, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    for phase in PHASES:
+        mine = [e for e in events if e.phase == phase]
+        for i, e in enumerate(mine):
+            ax.barh(e.step, e.ms, left=e.start_ms, height=0.6, color=colors[phase], label=phase if i == 0 else None)
+    steps = sorted({e.step for e in events})
+    ax.set_yticks(steps, [f"step {s + 1}" for s in steps])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms since the first profiled step began")
+    ax.set_title("one training step after another, split into phases")
+    ax.legend(ncol=len(PHASES), fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.3))
+    return ax
