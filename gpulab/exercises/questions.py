@@ -7,7 +7,7 @@ from ``gpulab.parallel``, a DDP rank's slice from ``torch.tensor_split``, the sa
 
 from __future__ import annotations
 
-from gpulab.exercises import Feedback, correct, wrong
+from gpulab.exercises import Feedback, collectives, correct, wrong
 from gpulab.exercises.data_parallel import check_replica_sizes
 from gpulab.exercises.quiz import Option as O
 from gpulab.exercises.quiz import Question
@@ -229,3 +229,4 @@ QUESTIONS: dict[str, tuple[Question, ...]] = {
                  "samples does it repeat per epoch?", grade=_sampler_padding, example="5"),
     ),
 }
+QUESTIONS["09"] = collectives.QUESTIONS_09
