@@ -97,7 +97,7 @@ def after_last_arrival(per_rank_calls: Sequence[Sequence[Sequence[float]]]) -> l
 
 
 def ddp_rows(result: "CollectivesResult", part: str = "predict") -> list[dict]:
-    """Rank 0's rows of one DDP part, each with ``after_arrival_s_per_step`` from every rank's calls."""
+    """Rank 0's rows of one DDP part with ``after_arrival_s_per_step`` (and ``alone_s_per_step``) from every rank."""
     if result.ddp_per_rank is None or part not in result.ddp:
         raise ValueError(f"this result has no DDP part {part!r}: launch with parts including 'ddp'")
     rows = []
@@ -105,7 +105,11 @@ def ddp_rows(result: "CollectivesResult", part: str = "predict") -> list[dict]:
         calls = [rank[part][i]["calls_us"] for rank in result.ddp_per_rank]
         steps = len(calls[0]) / row["calls_per_step"] if row["calls_per_step"] and None not in calls else None
         after = sum(after_last_arrival(calls)) / steps if steps else None
-        rows.append({**{k: v for k, v in row.items() if k != "calls_us"}, "after_arrival_s_per_step": after})
+        extra = {"after_arrival_s_per_step": after}
+        if "alone_s" in row:  # slowest rank per repeat, median over repeats, as in the sweep
+            alone = [rank[part][i]["alone_s"] for rank in result.ddp_per_rank]
+            extra["alone_s_per_step"] = statistics.median(max(a[j] for a in alone) for j in range(len(alone[0])))
+        rows.append({**{k: v for k, v in row.items() if k not in ("calls_us", "alone_s")}, **extra})
     return rows
 
 

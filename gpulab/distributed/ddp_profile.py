@@ -4,7 +4,8 @@ Run inside a process group (``gpulab.distributed.collectives_worker --parts ddp`
 returns, as JSON-ready dicts:
 
 - ``predict``: Net1 and a larger MLP under DDP's default buckets: gradient bytes, bucket sizes, the
-  all-reduce calls and seconds per step counted from the profiler's ``gloo:all_reduce`` events;
+  all-reduce calls and seconds per step counted from the profiler's ``gloo:all_reduce`` events, and the
+  seconds to all-reduce the same buckets alone, after a barrier, outside any training step;
 - ``buckets``: a deep MLP with several ``bucket_cap_mb`` values: all-reduce calls per step;
 - ``accumulate``: ``ACCUMULATE`` micro-batches per optimizer step, with ``no_sync()`` on all but the
   last, without it, and one big batch instead: calls per step and the largest weight difference to
@@ -27,7 +28,7 @@ from gpulab.models import Net1
 
 MODELS = {"net1": (13, 16, 32, 1), "mlp": (512, 2048, 2048, 1), "deep": (512,) * 9 + (1,)}
 ROWS = {"net1": 64, "mlp": 32, "deep": 32}  # rows per rank per step
-BUCKET_CAPS = (None, 1, 2, 4, 25)  # MiB; None: DDP's default (25 MiB, first bucket 1 MiB)
+BUCKET_CAPS = (None, 1, 2, 25)  # MiB; None: DDP's default (25 MiB, first bucket 1 MiB)
 ACCUMULATE = 4
 LR = 0.01
 ALL_REDUCE = re.compile(r"^(gloo|nccl):all_reduce$")
@@ -65,9 +66,9 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, X: torch.Tensor, y:
     opt.step()
 
 
-def profile_steps(model: nn.Module, opt, X, y, steps: int, warmup: int = 2, **step_args) -> dict:
+def profile_steps(model: nn.Module, opt, X, y, steps: int, warmup: int = 1, **step_args) -> dict:
     """Run ``warmup`` steps, then profile ``steps`` more: all-reduce calls and seconds per step."""
-    for _ in range(warmup):  # DDP re-buckets after its first step
+    for _ in range(warmup):  # DDP re-buckets after its first step: profile the steps after it
         train_step(model, opt, X, y, **step_args)
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -121,18 +122,34 @@ def _ddp(model: nn.Module, cap: float | None) -> nn.parallel.DistributedDataPara
     return nn.parallel.DistributedDataParallel(model, **({} if cap is None else {"bucket_cap_mb": cap}))
 
 
+def alone_seconds(bucket_bytes: list[int], repeats: int) -> list[float]:
+    """Seconds to all-reduce tensors of ``bucket_bytes`` one after another with nothing else to do, per repeat."""
+    tensors = [torch.ones(b // 4) for b in bucket_bytes]
+    for t in tensors:  # warm-up
+        dist.all_reduce(t)
+    seconds = []
+    for _ in range(repeats):
+        dist.barrier()  # start together, as in the sweep
+        t0 = time.perf_counter()
+        for t in tensors:
+            dist.all_reduce(t)
+        seconds.append(time.perf_counter() - t0)
+    return seconds
+
+
 def predict_part(rank: int, steps: int) -> list[dict]:
-    """Net1 and the larger MLP under DDP's default buckets."""
+    """Net1 and the larger MLP under DDP's default buckets; their buckets all-reduced alone too."""
     out = []
     for name, n_steps in (("net1", 5 * steps), ("mlp", steps)):
         model = build(name)
         ddp = _ddp(model, None)
         X, y = rows(name, rank)
         report = profile_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=LR), X, y, n_steps)
+        sizes = bucket_sizes(ddp)
         out.append({"model": name, "widths": list(MODELS[name]), "rows_per_rank": len(X),
                     "parameters": sum(p.numel() for p in model.parameters()),
                     "gradient_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-                    "bucket_sizes": bucket_sizes(ddp), **report})
+                    "bucket_sizes": sizes, **report, "alone_s": alone_seconds(sizes or [4 * len(X)], 5)})
     return out
 
 
@@ -157,7 +174,7 @@ def accumulate_part(rank: int, world: int, steps: int, out: Path | None) -> list
         opt = torch.optim.SGD(plain.parameters(), lr=LR)
         parts = [rows("deep", r) for r in range(world)]
         Xa, ya = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-        for _ in range(2 + steps):
+        for _ in range(1 + steps):  # the warm-up step and the profiled ones
             train_step(plain, opt, Xa, ya)
         reference = plain.state_dict()
     results = []
