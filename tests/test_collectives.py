@@ -187,3 +187,12 @@ def test_notebook_09_questions():
     assert check("09", 2, 175).ok and check("09", 2, "175").ok
     assert "algorithm bandwidth" in check("09", 2, 100).message and not check("09", 2, 200).ok
     assert check("09", 3, 3).ok and "without no_sync" in check("09", 3, 24).message
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_one_nccl_rank_runs_the_semantics_and_a_sweep_on_its_gpu():
+    result = run_collectives(1, parts=("semantics", "sweep"), sizes=(1024, 1 << 20), repeats=2, backend="nccl",
+                             timeout=180)
+    assert [s["all_reduce"]["after"] for s in result.semantics] == expected_semantics(1)["all_reduce"]
+    assert result.sweep and all(r["seconds"] > 0 for r in result.sweep)

@@ -113,6 +113,26 @@ def ddp_rows(result: "CollectivesResult", part: str = "predict") -> list[dict]:
     return rows
 
 
+def prediction_rows(result: "CollectivesResult", fit: AlphaBeta) -> list[dict]:
+    """For each model of the DDP ``predict`` part: the all-reduce time per step predicted from ``fit``
+    (one ``alpha + beta x bytes`` per bucket ``ddp_buckets`` predicts), measured alone and inside the step,
+    and the errors (%)."""
+    from gpulab.distributed.cost import ddp_buckets, gradient_bytes, predict_allreduce_seconds
+    from gpulab.distributed.ddp_profile import build
+
+    rows = []
+    for row in ddp_rows(result, "predict"):
+        buckets = ddp_buckets(gradient_bytes(build(row["model"]))[::-1])
+        predicted = predict_allreduce_seconds(buckets, fit)
+        alone, in_step = row["alone_s_per_step"], row["after_arrival_s_per_step"]
+        rows.append({"model": row["model"], "gradient_bytes": row["gradient_bytes"], "buckets": len(buckets),
+                     "predicted_ms": predicted * 1e3, "alone_ms": alone * 1e3, "in_step_ms": in_step * 1e3,
+                     "rank_sees_ms": row["allreduce_s_per_step"] * 1e3, "step_ms": row["step_s"] * 1e3,
+                     "error_vs_alone_%": 100 * (predicted - alone) / alone,
+                     "error_vs_in_step_%": 100 * (predicted - in_step) / in_step})
+    return rows
+
+
 def semantics_table(semantics: Sequence[dict], collective: str) -> str:
     """One line per rank: its tensor before and after ``collective``."""
     check_collective(collective)

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from gpulab.atomic import torch_save
+from gpulab.distributed.cost import ddp_buckets, gradient_bytes
 from gpulab.models import Net1
 
 MODELS = {"net1": (13, 16, 32, 1), "mlp": (512, 2048, 2048, 1), "deep": (512,) * 9 + (1,)}
@@ -149,7 +150,7 @@ def predict_part(rank: int, steps: int) -> list[dict]:
         out.append({"model": name, "widths": list(MODELS[name]), "rows_per_rank": len(X),
                     "parameters": sum(p.numel() for p in model.parameters()),
                     "gradient_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-                    "bucket_sizes": sizes, **report, "alone_s": alone_seconds(sizes or [4 * len(X)], 5)})
+                    "bucket_sizes": sizes, **report, "alone_s": alone_seconds(sizes or ddp_buckets(gradient_bytes(model)[::-1]), 5)})
     return out
 
 
