@@ -33,6 +33,9 @@ from gpulab.distributed.ddp_profile import DDP_PARTS
 from gpulab.distributed.rank_io import exit_worker, prefix_output, run_in_group
 
 PARTS = ("semantics", "sweep", "ddp")
+# torch 2.13 renamed reduce_scatter_tensor / all_gather_into_tensor (the old names warn); older versions lack the new
+reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 def start_values(rank: int, world: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -55,10 +58,10 @@ def semantics(rank: int, world: int, device: torch.device) -> dict:
     dist.all_reduce(x)  # sum by default
     out["all_reduce"] = {"before": _numbers(start), "after": _numbers(x)}
     piece = torch.empty(1, device=device)
-    dist.reduce_scatter_single(piece, start.clone())
+    reduce_scatter_single(piece, start.clone())
     out["reduce_scatter"] = {"before": _numbers(start), "after": _numbers(piece)}
     gathered = torch.empty(world, device=device)
-    dist.all_gather_single(gathered, piece)
+    all_gather_single(gathered, piece)
     out["all_gather"] = {"before": _numbers(piece), "after": _numbers(gathered)}
     return out
 
@@ -81,9 +84,9 @@ def call(collective: str, inp: torch.Tensor, out: torch.Tensor) -> None:
     elif collective == "all_reduce":
         dist.all_reduce(inp)
     elif collective == "reduce_scatter":
-        dist.reduce_scatter_single(out, inp)
+        reduce_scatter_single(out, inp)
     elif collective == "all_gather":
-        dist.all_gather_single(out, inp)
+        all_gather_single(out, inp)
     else:
         raise ValueError(f"collective {collective!r} is not one of {', '.join(COLLECTIVES)}")
 

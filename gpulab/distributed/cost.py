@@ -111,11 +111,14 @@ def ddp_buckets(tensor_bytes: Sequence[int], bucket_cap_mb: float | None = None,
     DDP fills buckets with whole gradients in the order they become ready in backward (about the
     reverse of ``model.parameters()``: pass ``gradient_bytes(model)[::-1]``) and closes a bucket as soon
     as it holds at least its cap. ``bucket_cap_mb=None`` is DDP's default: 25 MiB with a first bucket of
-    1 MiB; a cap you pass applies to the first bucket too (torch 2.13) unless ``first_bucket_mb`` is given.
+    1 MiB; a cap you pass applies to the first bucket too in torch 2.13 (see
+    :func:`explicit_cap_sets_first_bucket`) unless ``first_bucket_mb`` is given.
     """
     cap_mb = DEFAULT_BUCKET_MB if bucket_cap_mb is None else check_positive(bucket_cap_mb, "bucket_cap_mb")
-    first_mb = (FIRST_BUCKET_MB if bucket_cap_mb is None else cap_mb) if first_bucket_mb is None else \
-        check_positive(first_bucket_mb, "first_bucket_mb")
+    if first_bucket_mb is not None:
+        first_mb = check_positive(first_bucket_mb, "first_bucket_mb")
+    else:
+        first_mb = cap_mb if bucket_cap_mb is not None and explicit_cap_sets_first_bucket() else FIRST_BUCKET_MB
     cap, buckets, size = first_mb * MIB, [], 0
     for b in tensor_bytes:
         size += int(check_positive(b, "tensor bytes"))
@@ -123,6 +126,19 @@ def ddp_buckets(tensor_bytes: Sequence[int], bucket_cap_mb: float | None = None,
             buckets.append(size)
             size, cap = 0, cap_mb * MIB
     return buckets + ([size] if size else [])
+
+
+def explicit_cap_sets_first_bucket() -> bool:
+    """Whether this torch's DDP gives its first bucket an explicitly passed ``bucket_cap_mb`` too.
+
+    torch 2.13 does (its ``_BucketCapacityConfig`` keeps the 1 MiB first bucket for the default cap only);
+    torch versions without that class are taken to keep 1 MiB always.
+    """
+    try:
+        from torch.nn.parallel import distributed
+    except ImportError:  # no torch: the rule of the version this was written for
+        return True
+    return hasattr(distributed, "_BucketCapacityConfig")
 
 
 def predict_allreduce_seconds(bucket_bytes: Sequence[int], fit: AlphaBeta) -> float:
