@@ -6,7 +6,8 @@ Writes OUTDIR/reference/ (copy it unchanged into gpulab/reference/ to record a G
 
 - SLUG-measure.json: the environment (torch/CUDA/NCCL/driver versions, SMs, clocks, PCIe link, MIG
   mode, matmul precision) and one table of rows per step (the Boston loop, DataParallel, DDP,
-  autocast training steps with peak memory, saved-for-backward memory, matmul modes), read by
+  autocast training steps with peak memory, saved-for-backward memory, matmul modes, one NCCL rank's
+  all_reduce per call), read by
   ``gpulab.reference.recorded(STEP)``;
 - SLUG-matmul-*.json, SLUG-copy-*.json: bench files in exactly the format ``gpulab.reference`` loads.
 
@@ -288,6 +289,21 @@ def ddp_step(rec: Recorder) -> dict:
     return {"rows": rows, "note": "one rank through torchrun (gpulab.distributed.launch.train_ddp); gloo trains on the CPU"}
 
 
+def nccl_all_reduce_step(rec: Recorder) -> dict:
+    """One NCCL rank through torchrun (notebook 09's rank program): all_reduce and broadcast per call."""
+    if rec.device.type != "cuda":
+        raise Skip("nccl needs a CUDA device")
+    from gpulab.distributed.collectives import run_collectives
+
+    sizes = [2**k for k in range(10, 27, 4)] if not rec.data["dry_run"] else [1024]
+    result = run_collectives(1, parts=("sweep",), collectives=("all_reduce", "broadcast"), sizes=sizes,
+                             repeats=rec.cfg["repeats"] * 3, backend="nccl", timeout=120)
+    rows = [{"collective": r["collective"], "bytes": r["bytes"], "us": r["seconds"] * 1e6,
+             "algbw_GB/s": r["algbw"] / 1e9} for r in result.sweep]
+    return {"rows": rows, "note": "1 rank: no link is used (busbw is 0 by definition); the time per call is "
+                                  "NCCL's floor: launch, synchronize and a copy on the GPU"}
+
+
 def _mlp(rec: Recorder):
     d_in, hidden, batch = rec.cfg["mlp"]
     torch.manual_seed(0)
@@ -343,6 +359,7 @@ STEPS = {
     "matmul_modes": modes_step,
     "data_parallel": data_parallel_step,
     "ddp": ddp_step,
+    "nccl_all_reduce": nccl_all_reduce_step,
     "environment_after": environment_after_step,
 }
 

@@ -7,7 +7,7 @@ from ``gpulab.parallel``, a DDP rank's slice from ``torch.tensor_split``, the sa
 
 from __future__ import annotations
 
-from gpulab.exercises import Feedback, correct, failures, sharding, wrong
+from gpulab.exercises import Feedback, collectives, correct, failures, sharding, wrong
 from gpulab.exercises import roofline as roofline_checks
 from gpulab.exercises.data_parallel import check_replica_sizes
 from gpulab.exercises.quiz import Option as O
@@ -232,5 +232,6 @@ QUESTIONS: dict[str, tuple[Question, ...]] = {
 }
 # The going-further notebooks keep their questions beside their exercise checks.
 QUESTIONS["08"] = sharding.QUESTIONS_08
+QUESTIONS["09"] = collectives.QUESTIONS_09
 QUESTIONS["10"] = failures.QUESTIONS_10
 QUESTIONS["11"] = roofline_checks.QUESTIONS_11

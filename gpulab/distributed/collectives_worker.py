@@ -1,0 +1,183 @@
+"""The collectives rank program: what each collective does, what it costs, and DDP's all-reduces.
+
+    torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.collectives_worker --out DIR \\
+        --parts semantics,sweep --sizes 1024,65536,4194304 --repeats 5
+
+Parts (any of them, in this order, in one launch):
+
+- ``semantics``: every rank starts from ``arange(world) + 10 * rank`` and runs broadcast (from rank 0),
+  all_reduce (sum), reduce_scatter (sum) and all_gather (of its reduce_scatter result), recording its
+  tensor before and after each;
+- ``sweep``: times each of ``--collectives`` at each of ``--sizes`` bytes (float32; sizes as nccl-tests
+  count them), ``--repeats`` times after one warm-up call, with a barrier before each call;
+- ``ddp``: profiled DDP training steps (``gpulab.distributed.ddp_profile``), gloo only.
+
+Each rank writes ``DIR/rank<N>.json``; ``gpulab.distributed.collectives.run_collectives`` reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+from gpulab.atomic import write_json
+from gpulab.distributed.cost import COLLECTIVES
+from gpulab.distributed.ddp_profile import DDP_PARTS
+from gpulab.distributed.rank_io import exit_worker, prefix_output, run_in_group
+
+PARTS = ("semantics", "sweep", "ddp")
+# torch 2.13 renamed reduce_scatter_tensor / all_gather_into_tensor (the old names warn); older versions lack the new
+reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def start_values(rank: int, world: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The tensor rank ``rank`` starts each demonstration with: ``[10r, 10r + 1, ..., 10r + world - 1]``."""
+    return torch.arange(world, dtype=torch.float32, device=device) + 10 * rank
+
+
+def _numbers(t: torch.Tensor) -> list:
+    return [int(v) if float(v).is_integer() else float(v) for v in t.cpu().tolist()]
+
+
+def semantics(rank: int, world: int, device: torch.device) -> dict:
+    """This rank's tensor before and after each collective, as lists of numbers."""
+    start = start_values(rank, world, device)
+    out: dict[str, dict] = {}
+    x = start.clone()
+    dist.broadcast(x, src=0)
+    out["broadcast"] = {"before": _numbers(start), "after": _numbers(x)}
+    x = start.clone()
+    dist.all_reduce(x)  # sum by default
+    out["all_reduce"] = {"before": _numbers(start), "after": _numbers(x)}
+    piece = torch.empty(1, device=device)
+    reduce_scatter_single(piece, start.clone())
+    out["reduce_scatter"] = {"before": _numbers(start), "after": _numbers(piece)}
+    gathered = torch.empty(world, device=device)
+    all_gather_single(gathered, piece)
+    out["all_gather"] = {"before": _numbers(piece), "after": _numbers(gathered)}
+    return out
+
+
+def buffers(collective: str, nbytes: int, world: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input, output) float32 tensors for one call moving ``nbytes`` as nccl-tests count it."""
+    n = nbytes // 4
+    if collective == "reduce_scatter":
+        return torch.ones(n, device=device), torch.empty(n // world, device=device)
+    if collective == "all_gather":
+        return torch.ones(n // world, device=device), torch.empty(n, device=device)
+    buf = torch.ones(n, device=device)
+    return buf, buf
+
+
+def call(collective: str, inp: torch.Tensor, out: torch.Tensor) -> None:
+    """One call of ``collective`` (sum where it reduces, rank 0 the source of a broadcast)."""
+    if collective == "broadcast":
+        dist.broadcast(inp, src=0)
+    elif collective == "all_reduce":
+        dist.all_reduce(inp)
+    elif collective == "reduce_scatter":
+        reduce_scatter_single(out, inp)
+    elif collective == "all_gather":
+        all_gather_single(out, inp)
+    else:
+        raise ValueError(f"collective {collective!r} is not one of {', '.join(COLLECTIVES)}")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def sweep(collectives: Sequence[str], sizes: Sequence[int], repeats: int, world: int,
+          device: torch.device) -> list[dict]:
+    """Seconds of each call on this rank: one row per (collective, bytes) with ``repeats`` times."""
+    rows = []
+    for collective in collectives:
+        for nbytes in sizes:
+            inp, out = buffers(collective, nbytes, world, device)
+            call(collective, inp, out)  # warm-up: connections, allocations
+            _sync(device)
+            seconds = []
+            for _ in range(repeats):
+                dist.barrier()
+                t0 = time.perf_counter()
+                call(collective, inp, out)
+                _sync(device)
+                seconds.append(time.perf_counter() - t0)
+            rows.append({"collective": collective, "bytes": nbytes, "seconds": seconds})
+    return rows
+
+
+def run(args: argparse.Namespace, rank: int, world: int) -> None:
+    """One rank's parts once the process group is up; writes ``rank<N>.json``."""
+    device = torch.device("cpu")
+    if args.backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    report: dict = {"rank": rank, "world_size": world, "backend": args.backend, "cpu_count": os.cpu_count()}
+    if "semantics" in args.parts:
+        report["semantics"] = semantics(rank, world, device)
+        print("semantics done", flush=True)
+    if "sweep" in args.parts:
+        report["sweep"] = sweep(args.collectives, args.sizes, args.repeats, world, device)
+        print(f"sweep done: {len(report['sweep'])} sizes x collectives", flush=True)
+    if "ddp" in args.parts:
+        from gpulab.distributed.ddp_profile import ddp_report
+
+        report["ddp"] = ddp_report(rank, world, steps=args.steps, out=Path(args.out), parts=tuple(args.ddp_parts))
+        print("ddp done", flush=True)
+    write_json(Path(args.out) / f"rank{rank}.json", report)
+
+
+def _names(text: str, allowed: Sequence[str], what: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in allowed]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"{what} {text!r}: use a comma-separated list of {', '.join(allowed)}")
+    return names
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"sizes {text!r}: use comma-separated positive byte counts")
+    return sizes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point under torchrun."""
+    p = argparse.ArgumentParser(prog="gpulab.distributed.collectives_worker", description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="folder for rank<N>.json")
+    p.add_argument("--parts", type=lambda t: _names(t, PARTS, "parts"), default=["semantics"])
+    p.add_argument("--collectives", type=lambda t: _names(t, COLLECTIVES, "collectives"), default=list(COLLECTIVES))
+    p.add_argument("--sizes", type=_sizes, default=[1024, 65536, 1048576], help="bytes per call")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--steps", type=int, default=3, help="profiled DDP steps per variant")
+    p.add_argument("--ddp-parts", type=lambda t: _names(t, DDP_PARTS, "ddp parts"), default=list(DDP_PARTS))
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    p.add_argument("--pg-timeout", type=float, default=60.0, help="seconds any collective may wait")
+    args = p.parse_args(argv)
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        sys.stderr.write("error: run me under torchrun (RANK and WORLD_SIZE are not set)\n")
+        return 2
+    if args.backend == "nccl" and "ddp" in args.parts:
+        p.error("the ddp part profiles gloo's all-reduces: use --backend gloo")
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if args.backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    prefix_output(rank)
+    return run_in_group(args.backend, args.pg_timeout, lambda: run(args, rank, world))
+
+
+if __name__ == "__main__":
+    exit_worker(main())

@@ -1,0 +1,188 @@
+"""What a collective costs: bandwidths as nccl-tests define them, a latency + bandwidth fit, DDP's buckets.
+
+Pure functions, no process group needed::
+
+    from gpulab.distributed import cost
+    cost.bus_factor("all_reduce", 4)                 # 1.5 = 2 (n - 1) / n
+    fit = cost.fit_alpha_beta(sizes, seconds)        # t = alpha + beta * bytes
+    cost.ddp_buckets(cost.gradient_bytes(model))     # bytes of each all-reduce DDP makes per step
+    cost.predict_allreduce_seconds(buckets, fit)     # one step's all-reduce time, predicted
+    cost.best_rank_count(...)                        # beyond this many ranks a step stops getting faster
+
+Sizes follow nccl-tests (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md): the
+size of all_gather is its output (all ranks' pieces), of reduce_scatter its input; algbw = size / time;
+busbw = algbw x a factor that makes ranks comparable with the hardware's link speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+COLLECTIVES = ("broadcast", "all_reduce", "reduce_scatter", "all_gather")
+MIB = 2**20
+DEFAULT_BUCKET_MB = 25.0  # DDP's bucket_cap_mb default
+FIRST_BUCKET_MB = 1.0  # DDP's first bucket by default (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES is 1 MiB)
+
+
+def check_ranks(ranks: object, what: str = "ranks") -> int:
+    """``ranks`` as an int >= 1, or a one-line ValueError."""
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"{what}={ranks!r} must be a whole number >= 1")
+    return ranks
+
+
+def check_positive(value: object, what: str) -> float:
+    """``value`` as a float > 0, or a one-line ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+        raise ValueError(f"{what}={value!r} must be a positive finite number")
+    return float(value)
+
+
+def check_collective(name: object) -> str:
+    """``name`` if it is one of :data:`COLLECTIVES`."""
+    if name not in COLLECTIVES:
+        raise ValueError(f"collective {name!r} is not one of {', '.join(COLLECTIVES)}")
+    return str(name)
+
+
+def bus_factor(collective: str, ranks: int) -> float:
+    """busbw / algbw: 2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter, 1 for broadcast."""
+    collective, n = check_collective(collective), check_ranks(ranks)
+    return {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n, "all_gather": (n - 1) / n,
+            "broadcast": 1.0}[collective]
+
+
+def algbw(nbytes: float, seconds: float) -> float:
+    """Algorithm bandwidth in bytes/s: the message size over the time."""
+    return check_positive(nbytes, "nbytes") / check_positive(seconds, "seconds")
+
+
+def busbw(collective: str, nbytes: float, seconds: float, ranks: int) -> float:
+    """Bus bandwidth in bytes/s: algbw x :func:`bus_factor`."""
+    return algbw(nbytes, seconds) * bus_factor(collective, ranks)
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    """``t = alpha + beta * bytes``: alpha seconds of latency per call, beta seconds per byte."""
+
+    alpha: float
+    beta: float
+
+    def seconds(self, nbytes: float) -> float:
+        """The predicted time of one call moving ``nbytes``."""
+        return self.alpha + self.beta * check_positive(nbytes, "nbytes")
+
+    @property
+    def bandwidth(self) -> float:
+        """1 / beta in bytes/s: the rate large messages approach."""
+        return float("inf") if self.beta <= 0 else 1.0 / self.beta
+
+
+def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], relative: bool = True) -> AlphaBeta:
+    """Least-squares fit of ``t = alpha + beta * bytes``.
+
+    ``relative=True`` (default) weights each point by 1 / t, minimising relative errors: sizes over
+    several decades then all count, not only the largest ones.
+    """
+    import numpy as np
+
+    if len(nbytes) != len(seconds):
+        raise ValueError(f"nbytes has {len(nbytes)} values but seconds has {len(seconds)}: give one time per size")
+    x = np.array([check_positive(b, "nbytes") for b in nbytes])
+    t = np.array([check_positive(s, "seconds") for s in seconds])
+    if len(set(x.tolist())) < 2:
+        raise ValueError(f"nbytes={list(nbytes)!r} needs at least two different sizes to fit a line")
+    w = 1.0 / t if relative else np.ones_like(t)
+    (alpha, beta), *_ = np.linalg.lstsq(np.stack([w, w * x], axis=1), w * t, rcond=None)
+    return AlphaBeta(float(alpha), float(beta))
+
+
+def gradient_bytes(model) -> list[int]:
+    """Bytes of each parameter's gradient, in ``model.parameters()`` order (trainable ones only)."""
+    return [p.numel() * p.element_size() for p in model.parameters() if p.requires_grad]
+
+
+def ddp_buckets(tensor_bytes: Sequence[int], bucket_cap_mb: float | None = None,
+                first_bucket_mb: float | None = None) -> list[int]:
+    """The bytes of each DDP bucket, i.e. of each all-reduce DDP issues in one step.
+
+    DDP fills buckets with whole gradients in the order they become ready in backward (about the
+    reverse of ``model.parameters()``: pass ``gradient_bytes(model)[::-1]``) and closes a bucket as soon
+    as it holds at least its cap. ``bucket_cap_mb=None`` is DDP's default: 25 MiB with a first bucket of
+    1 MiB; a cap you pass applies to the first bucket too in torch 2.13 (see
+    :func:`explicit_cap_sets_first_bucket`) unless ``first_bucket_mb`` is given.
+    """
+    cap_mb = DEFAULT_BUCKET_MB if bucket_cap_mb is None else check_positive(bucket_cap_mb, "bucket_cap_mb")
+    if first_bucket_mb is not None:
+        first_mb = check_positive(first_bucket_mb, "first_bucket_mb")
+    else:
+        first_mb = cap_mb if bucket_cap_mb is not None and explicit_cap_sets_first_bucket() else FIRST_BUCKET_MB
+    cap, buckets, size = first_mb * MIB, [], 0
+    for b in tensor_bytes:
+        size += int(check_positive(b, "tensor bytes"))
+        if size >= cap:
+            buckets.append(size)
+            size, cap = 0, cap_mb * MIB
+    return buckets + ([size] if size else [])
+
+
+def explicit_cap_sets_first_bucket() -> bool:
+    """Whether this torch's DDP gives its first bucket an explicitly passed ``bucket_cap_mb`` too.
+
+    torch 2.13 does (its ``_BucketCapacityConfig`` keeps the 1 MiB first bucket for the default cap only);
+    torch versions without that class are taken to keep 1 MiB always.
+    """
+    try:
+        from torch.nn.parallel import distributed
+    except ImportError:  # no torch: the rule of the version this was written for
+        return True
+    return hasattr(distributed, "_BucketCapacityConfig")
+
+
+def predict_allreduce_seconds(bucket_bytes: Sequence[int], fit: AlphaBeta) -> float:
+    """One step's all-reduce time: one call per bucket, ``alpha + beta * bytes`` each."""
+    if not bucket_bytes:
+        raise ValueError("bucket_bytes is empty: a DDP step all-reduces at least one bucket")
+    return sum(fit.seconds(b) for b in bucket_bytes)
+
+
+def ring_allreduce_seconds(nbytes: float, ranks: int, alpha: float, beta: float) -> float:
+    """Ring all-reduce on ``ranks``: 2(n-1) steps of ``alpha`` each, 2(n-1)/n x bytes through each link.
+
+    ``alpha``: seconds per ring step; ``beta``: seconds per byte on one link (1 / busbw). 0 for one rank.
+    """
+    n = check_ranks(ranks)
+    check_positive(nbytes, "nbytes")
+    if alpha < 0 or beta < 0:
+        raise ValueError(f"alpha={alpha!r} and beta={beta!r} must be >= 0")
+    return 0.0 if n == 1 else 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes * beta
+
+
+def ring_from_fit(fit: AlphaBeta, ranks: int) -> tuple[float, float]:
+    """The ring's (alpha per step, beta per byte per link) that give ``fit`` at ``ranks`` ranks."""
+    n = check_ranks(ranks)
+    if n < 2:
+        raise ValueError(f"ranks={ranks!r}: an all-reduce fit needs at least 2 ranks")
+    return fit.alpha / (2 * (n - 1)), fit.beta * n / (2 * (n - 1))
+
+
+def step_seconds(ranks: int, compute_per_sample: float, batch: int, nbytes: float, alpha: float,
+                 beta: float) -> float:
+    """A data-parallel step on a fixed global ``batch``: compute split over ranks + one ring all-reduce."""
+    n = check_ranks(ranks)
+    check_ranks(batch, "batch")
+    return check_positive(compute_per_sample, "compute_per_sample") * batch / n + ring_allreduce_seconds(
+        nbytes, n, alpha, beta)
+
+
+def best_rank_count(compute_per_sample: float, batch: int, nbytes: float, alpha: float, beta: float,
+                    max_ranks: int = 1024) -> int:
+    """The rank count beyond which the step time stops falling (at most ``max_ranks`` and ``batch``)."""
+    top = min(check_ranks(max_ranks, "max_ranks"), check_ranks(batch, "batch"))
+    n = 1
+    while n < top and (step_seconds(n + 1, compute_per_sample, batch, nbytes, alpha, beta)
+                       < step_seconds(n, compute_per_sample, batch, nbytes, alpha, beta)):
+        n += 1
+    return n
