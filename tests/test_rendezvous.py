@@ -93,4 +93,5 @@ def _report_without_probes() -> dict:
     return {"python": "3.x", "platform": "os", "torch": "t", "build": "CPU-only", "devices": [],
             "auto_device": "cpu", "accelerator": "none", "threads": 1, "cpu_count": 1,
             "distributed": {"gloo": True, "nccl": False, "mpi": False},
-            "nvidia_smi": {"found": False, "gpus": [], "note": "not on PATH"}}
+            "nvidia_smi": {"found": False, "gpus": [], "note": "not on PATH"},
+            "compile": {"device": "cpu", "ok": True, "note": "C++ compiler g++ found"}}
