@@ -34,3 +34,17 @@ def correct(message: str) -> Feedback:
 def wrong(message: str) -> Feedback:
     """A failing verdict saying what is wrong."""
     return Feedback(False, message)
+
+
+def as_number(answer: object) -> float | int | None:
+    """A number from an int, a float, a one-element tensor or text such as ``"2,000,000"``; else None."""
+    if hasattr(answer, "item") and getattr(answer, "numel", lambda: 0)() == 1:
+        answer = answer.item()
+    if isinstance(answer, str):
+        try:
+            answer = float(answer.replace(",", "").replace("_", "").replace(" ", ""))
+        except ValueError:
+            return None
+    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+        return None
+    return answer

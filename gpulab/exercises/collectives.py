@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpulab.distributed import cost
-from gpulab.exercises import Feedback, correct, wrong
+from gpulab.exercises import Feedback, as_number, correct, wrong
 from gpulab.exercises.quiz import Option as O
 from gpulab.exercises.quiz import Question
 
@@ -84,22 +84,12 @@ def check_rank_limit(answer: object, scenario: RankScenario) -> Feedback:
                  "n = 1, 2, 3, ... and stop where it no longer falls")
 
 
-def _number(answer: object) -> float | None:
-    if hasattr(answer, "item") and getattr(answer, "numel", lambda: 0)() == 1:
-        answer = answer.item()
-    if isinstance(answer, str):
-        try:
-            answer = float(answer.replace(",", "").strip())
-        except ValueError:
-            return None
-    return None if isinstance(answer, bool) or not isinstance(answer, (int, float)) else float(answer)
-
 
 def _busbw_question(answer: object) -> Feedback:
     nbytes, seconds, ranks = 1e9, 0.010, 8
     alg = cost.algbw(nbytes, seconds) / 1e9
     bus = cost.busbw("all_reduce", nbytes, seconds, ranks) / 1e9
-    value = _number(answer)
+    value = as_number(answer)
     if value is None:
         return wrong(f"answer with a number of GB/s, got {answer!r}")
     if abs(value - bus) < 0.01 * bus:
@@ -115,7 +105,7 @@ def _busbw_question(answer: object) -> Feedback:
 
 def _accumulation_question(answer: object) -> Feedback:
     micro, buckets = 8, 3
-    value = _number(answer)
+    value = as_number(answer)
     if value is None:
         return wrong(f"answer with a number of all-reduces, got {answer!r}")
     if value == buckets:

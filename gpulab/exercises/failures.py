@@ -9,7 +9,7 @@ the first wrong one, which words of the log point the way. Causes are the names 
 from __future__ import annotations
 
 from gpulab.distributed.failures import BY_NAME
-from gpulab.exercises import Feedback, correct, wrong
+from gpulab.exercises import Feedback, as_number, correct, wrong
 from gpulab.exercises.quiz import Option as O
 from gpulab.exercises.quiz import Question
 
@@ -69,10 +69,8 @@ def check_diagnosis(answers: object) -> Feedback:
 
 
 def _batch_loss(answer: object) -> Feedback:
-    from gpulab.exercises.questions import _number
-
     sums, sizes = (16.0, 48.0), (32, 32)
-    value = _number(answer)
+    value = as_number(answer)
     if value is None:
         return wrong(f"answer with a number, got {answer!r}")
     whole = sum(sums) / sum(sizes)

@@ -7,30 +7,17 @@ from ``gpulab.parallel``, a DDP rank's slice from ``torch.tensor_split``, the sa
 
 from __future__ import annotations
 
-from gpulab.exercises import Feedback, collectives, correct, failures, sharding, wrong
+from gpulab.exercises import Feedback, as_number, collectives, correct, failures, sharding, wrong
 from gpulab.exercises import roofline as roofline_checks
 from gpulab.exercises.data_parallel import check_replica_sizes
 from gpulab.exercises.quiz import Option as O
 from gpulab.exercises.quiz import Question
 
 
-def _number(answer: object) -> float | None:
-    """A number from an int, a float, a one-element tensor or text such as ``"2,000,000"``; else None."""
-    if hasattr(answer, "item") and getattr(answer, "numel", lambda: 0)() == 1:
-        answer = answer.item()
-    if isinstance(answer, str):
-        try:
-            answer = float(answer.replace(",", "").replace("_", "").replace(" ", ""))
-        except ValueError:
-            return None
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
-        return None
-    return answer
-
 
 def _matmul_flops(answer: object) -> Feedback:
     m, k, n = 100, 300, 50
-    value = _number(answer)
+    value = as_number(answer)
     if value is None:
         return wrong(f"answer with a number, got {answer!r}")
     if value == 2 * m * k * n:
@@ -49,7 +36,7 @@ def _rows_per_rank(answer: object) -> Feedback:
     sizes = [len(s) for s in torch.arange(batch).tensor_split(ranks)]
     if isinstance(answer, (list, tuple)) and len(set(answer)) == 1:
         answer = answer[0]
-    value = _number(answer)
+    value = as_number(answer)
     if value is None:
         return wrong(f"answer with a number of rows, got {answer!r}")
     if value == sizes[0]:
@@ -70,7 +57,7 @@ def _sampler_padding(answer: object) -> Feedback:
     data = TensorDataset(torch.arange(size))
     shards = [list(DistributedSampler(data, num_replicas=ranks, rank=r, shuffle=False)) for r in range(ranks)]
     padded = sum(map(len, shards)) - size
-    value = _number(answer)
+    value = as_number(answer)
     if value is None:
         return wrong(f"answer with a number of samples, got {answer!r}")
     if value == padded:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from gpulab import roofline
-from gpulab.exercises import Feedback, correct, wrong
+from gpulab.exercises import Feedback, as_number, correct, wrong
 from gpulab.exercises.quiz import Option as O
 from gpulab.exercises.quiz import Question
 
@@ -86,22 +86,10 @@ def check_bound(fn: Callable[[float, float, float], str], ridge: float) -> Feedb
                    "and compute-bound above it")
 
 
-def _number(answer: object) -> float | None:
-    if hasattr(answer, "item") and getattr(answer, "numel", lambda: 0)() == 1:
-        answer = answer.item()
-    if isinstance(answer, str):
-        try:
-            answer = float(answer.replace(",", "").replace("_", "").replace(" ", ""))
-        except ValueError:
-            return None
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
-        return None
-    return answer
-
 
 def _add_bytes(answer: object) -> Feedback:
     n, size = 1_000_000, 4
-    value = _number(answer)
+    value = as_number(answer)
     if value is None:
         return wrong(f"answer with a number of bytes, got {answer!r}")
     if value == 3 * n * size:

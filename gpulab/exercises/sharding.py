@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 from gpulab.estimate import STRATEGIES, estimate
-from gpulab.exercises import Feedback, correct, wrong
+from gpulab.exercises import Feedback, as_number, correct, wrong
 from gpulab.exercises.quiz import Option as O
 from gpulab.exercises.quiz import Question
 
@@ -64,9 +64,7 @@ def check_least_sharding(fn: Callable[[int, int, float], str | None]) -> Feedbac
 
 
 def _bytes_per_parameter(answer: object) -> Feedback:
-    from gpulab.exercises.questions import _number
-
-    value = _number(answer)
+    value = as_number(answer)
     per = estimate(1_000_000, "fp32", "adam").total / 1_000_000  # the tiny step counter aside
     if value is None:
         return wrong(f"answer with a number of bytes, got {answer!r}")
