@@ -43,13 +43,20 @@ class BlockMLP(nn.Module):
 
 
 def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, repeats: int = 5) -> float:
-    """Median seconds of one forward + backward of ``model`` on ``(x, y)`` (MSE loss), after a warm-up step."""
+    """Median seconds of one forward + backward of ``model`` on ``(x, y)`` (MSE loss), after a warm-up step.
+
+    The clock waits for ``x``'s device (``gpulab.devices.synchronize``), so GPU work is timed, not just queued.
+    """
+    from gpulab.devices import synchronize
+
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats={repeats!r} must be a positive integer")
     times = []
     for i in range(repeats + 1):
+        synchronize(x.device)
         start = time.perf_counter()
         nn.functional.mse_loss(model(x), y).backward()
+        synchronize(x.device)
         if i:  # the first step warms up
             times.append(time.perf_counter() - start)
         model.zero_grad(set_to_none=True)
