@@ -50,6 +50,7 @@ class BenchResult:
     bytes_moved: int | None = None
     repeats: int = 0
     matmul_precision: str | None = None
+    workers: int | None = None  # a DataLoader's num_workers (loader passes only)
 
     def to_dict(self) -> dict:
         """A JSON-friendly dict."""
@@ -85,6 +86,7 @@ class BenchResult:
         else:
             text = f"{who} {self.kind}" + (" pinned" if self.pinned else "")
             text += " non_blocking" if self.non_blocking else ""
+            text += f", {self.workers} workers" if self.workers else ""
         if self.device == "cpu":
             text += f", {self.threads} thread" + ("s" if self.threads != 1 else "")
         return text
@@ -147,7 +149,7 @@ def load_results(path: str | Path) -> list[BenchResult]:
 def format_table(results: Sequence[BenchResult]) -> str:
     """A plain-text table of results, one line each.
 
-    ``+pin``: pinned host memory, ``+nb``: non_blocking; dtype ``tf32``: float32 with TF32 allowed on CUDA
+    ``+pin``: pinned host memory, ``+nb``: non_blocking, ``+w2``: 2 DataLoader workers; dtype ``tf32``: float32 with TF32 allowed on CUDA
     (``f32-high``/``f32-medium`` elsewhere: the matmul precision setting).
     """
     if not results:
@@ -157,6 +159,7 @@ def format_table(results: Sequence[BenchResult]) -> str:
     for r in results:
         size = f"{r.size}" if r.probe == "matmul" else f"{r.size}MiB"
         kind = (r.kind or "-") + ("+pin" if r.pinned else "") + ("+nb" if r.non_blocking else "")
+        kind += f"+w{r.workers}" if r.workers else ""  # a DataLoader's worker processes
         dtype = r.dtype
         if r.probe == "matmul" and r.dtype == "float32" and r.matmul_precision not in (None, "highest"):
             dtype = "tf32" if r.matmul_precision == "high" and r.device.startswith("cuda") else f"f32-{r.matmul_precision}"

@@ -217,9 +217,11 @@ def copy_step(kind: str):
 
 
 def loader_step(rec: Recorder) -> dict:
-    ways = [(p, nb) for p in (False, True) for nb in (False, True)] if rec.device.type == "cuda" else [(False, False)]
-    results = [pinning.loader_probe(rec.device, rec.cfg["loader_mb"], pin_memory=p, non_blocking=nb,
-                                    min_run_time=2 * rec.cfg["min_run_time"]) for p, nb in ways]
+    # Pinned in the main thread (num_workers=0) and by the pin thread beside 2 worker processes.
+    ways = ([(p, nb, 0) for p in (False, True) for nb in (False, True)] + [(False, False, 2), (True, True, 2)]
+            if rec.device.type == "cuda" else [(False, False, 0)])
+    results = [pinning.loader_probe(rec.device, rec.cfg["loader_mb"], pin_memory=p, non_blocking=nb, num_workers=w,
+                                    min_run_time=2 * rec.cfg["min_run_time"]) for p, nb, w in ways]
     note = "" if rec.device.type == "cuda" else "cpu: no copy to make, this times the loader alone"
     return {"files": [rec.save("copy-loader", results)], "rows": rate_rows(results), "note": note}
 

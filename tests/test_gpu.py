@@ -314,6 +314,16 @@ def test_loader_probe_with_pinned_slices_on_cuda():
         assert (r.kind, r.pinned, r.non_blocking) == ("loader", pin, nb) and r.rate > 0
 
 
+def test_pin_thread_pins_batches_made_by_worker_processes_on_cuda():
+    loader = pinning.slice_loader(torch.randn(64, 8), torch.randn(64, 1), 16, pin_memory=True, num_workers=2)
+    it = iter(loader)
+    xb, yb = next(it)
+    assert xb.is_pinned() and yb.is_pinned()
+    assert getattr(it, "_pin_memory_thread").is_alive()  # the thread who_pins() names
+    r = pinning.loader_probe("cuda", 16, pin_memory=True, non_blocking=True, num_workers=2, min_run_time=0.05)
+    assert r.workers == 2 and r.rate > 0
+
+
 def test_data_parallel_on_one_gpu_moves_the_module_there():
     if gpu_count() != 1:
         pytest.skip("checks the one-GPU case")

@@ -64,3 +64,29 @@ def test_the_warning_torch_gives_here_is_matched():
         warnings.simplefilter("always")
         next(iter(pinning.slice_loader(torch.zeros(4, 2), torch.zeros(4, 1), 2, pin_memory=True)))
     assert [w for w in caught if pinning.is_no_accelerator_pin_warning(w)], [str(w.message) for w in caught]
+
+
+def test_who_pins_reads_the_two_places_torch_pins_a_batch():
+    rows = pinning.who_pins()
+    assert [r["num_workers"] for r in rows] == ["0", ">= 1"]
+    single, multi = rows
+    assert single["iterator"] == "_SingleProcessDataLoaderIter" and "pin_memory(" in single["line"]
+    assert multi["iterator"] == "_MultiProcessingDataLoaderIter" and "_pin_memory_loop" in multi["line"]
+
+
+def test_who_pins_fails_loudly_when_torch_moves_the_code(monkeypatch):
+    monkeypatch.setattr(pinning, "_PINNING_SITES", ((0, "_SingleProcessDataLoaderIter", "_next_data", "no such line"),))
+    with pytest.raises(ValueError, match="the pinning code has moved"):
+        pinning.who_pins()
+
+
+@pytest.mark.parametrize("workers", [-1, 1.5, True])
+def test_num_workers_must_be_a_whole_number(workers):
+    with pytest.raises(ValueError, match="num_workers must be a whole number"):
+        pinning.slice_loader(torch.zeros(4, 1), torch.zeros(4, 1), 2, num_workers=workers)
+
+
+def test_loader_probe_with_worker_processes_records_them():
+    r = pinning.loader_probe("cpu", 1, batch_rows=256, features=15, num_workers=2, min_run_time=0.01)
+    assert r.workers == 2 and "2 workers" in r.label
+    assert pinning.loader_probe("cpu", 1, batch_rows=256, features=15, min_run_time=0.01).workers == 0
