@@ -2,7 +2,7 @@
 
     python benchmarks/ddp_step_time.py [--epochs 60] [--batch-size 128] [--ranks 1 2] [--backend gloo]
 
-Each run is ``gpulab.distributed.launch.train_ddp`` (torchrun + gpulab.distributed.ddp_worker); the step time is the
+Each run is ``gpulab.distributed.ddp.train_ddp`` (torchrun + gpulab.distributed.ddp_worker); the step time is the
 median epoch time (first epochs skipped as warm-up) divided by the steps in an epoch.
 Prints figures; passes or fails nothing. ``scripts/gpu_measure.py`` calls :func:`measure`.
 """
@@ -15,7 +15,7 @@ import statistics
 import warnings
 
 from gpulab.experiment import Recipe
-from gpulab.distributed.launch import train_ddp
+from gpulab.distributed.ddp import train_ddp
 
 TRAIN_ROWS = 404  # 80 % of the 506 Boston rows
 

@@ -1,11 +1,8 @@
-"""Correct timing on any device, and two probes: matrix multiply (GFLOP/s) and memory traffic (GB/s).
+"""Two probes: matrix multiply (GFLOP/s) and memory traffic (GB/s), timed by :mod:`gpulab.timing`.
 
-Timing goes through ``torch.utils.benchmark.Timer``: the operation runs a few times first (warm-up:
-memory allocation, kernel selection, caches), then ``blocked_autorange`` repeats it in blocks until
-``min_run_time`` seconds are spent and reports the median time per call. GPUs run work
-asynchronously, so a clock read without waiting would time only the *launch*; the timer used here
-calls :func:`gpulab.devices.synchronize` before every clock read, on CUDA, MPS and XPU alike
-(recent torch does this for any accelerator; older versions only for CUDA).
+``gpulab.timing.time_call`` runs the operation a few times first (warm-up: memory allocation,
+kernel selection, caches), then repeats it in blocks until ``min_run_time`` seconds are spent and
+reports the median time per call, waiting for the device before every clock read.
 
 Examples::
 
@@ -24,14 +21,19 @@ ISO UTC date, and turns into JSON and back.
 
 from __future__ import annotations
 
-import contextlib
-import time
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import torch
-from torch.utils import benchmark
 
 from gpulab import devices
+from gpulab.validate import positive_int
+from gpulab.timing import (  # noqa: F401  (time_call and the two settings: until every caller imports gpulab.timing)
+    MATMUL_PRECISIONS,
+    check_matmul_precision,
+    float32_matmul_precision,
+    time_call,
+    using_threads,
+)
 from gpulab.bench_results import (  # noqa: F401  (re-exported: the public names of gpulab.bench)
     FORMAT,
     BenchResult,
@@ -46,18 +48,9 @@ from gpulab.bench_results import (  # noqa: F401  (re-exported: the public names
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 PROBES = ("matmul", "copy")
 COPY_KINDS = ("device", "h2d", "d2h", "add")
-#: ``torch.set_float32_matmul_precision`` values: strict FP32, TF32 allowed, bfloat16 allowed.
-MATMUL_PRECISIONS = ("highest", "high", "medium")
 
 
 # ----------------------------------------------------------------------------- validation
-
-
-def check_size(size: object, what: str = "size") -> int:
-    """``size`` as a positive int, or a one-line ValueError."""
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"{what} {size!r} must be a positive integer")
-    return size
 
 
 def check_dtype(dtype: str | torch.dtype) -> str:
@@ -71,13 +64,6 @@ def check_dtype(dtype: str | torch.dtype) -> str:
     raise ValueError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
 
 
-def check_threads(threads: object) -> int | None:
-    """``None`` (keep torch's current setting) or a positive int."""
-    if threads is None:
-        return None
-    return check_size(threads, "threads")
-
-
 def parse_sizes(text: str) -> list[int]:
     """``"256,512"`` -> ``[256, 512]``; ValueError for empty, non-numeric or non-positive entries."""
     parts = [p.strip() for p in str(text).split(",")]
@@ -89,78 +75,8 @@ def parse_sizes(text: str) -> list[int]:
             value = int(p)
         except ValueError:
             raise ValueError(f"size {p!r} is not an integer (sizes look like 256,512)") from None
-        sizes.append(check_size(value))
+        sizes.append(positive_int(value, "size"))
     return sizes
-
-
-# ----------------------------------------------------------------------------- timing
-
-
-@contextlib.contextmanager
-def using_threads(threads: int | None) -> Iterator[int]:
-    """Run the block with ``torch.set_num_threads(threads)`` (None: unchanged); the old value is restored."""
-    threads = check_threads(threads)
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield torch.get_num_threads()
-    finally:
-        torch.set_num_threads(before)
-
-
-def _timer_for(device: torch.device):
-    """A clock that first waits for ``device`` to finish its queued work."""
-
-    def clock() -> float:
-        devices.synchronize(device)
-        return time.perf_counter()
-
-    return clock
-
-
-def time_call(stmt: str, env: dict, device: str | torch.device = "cpu", *, warmup: int = 2,
-              min_run_time: float = 0.1, threads: int | None = None) -> tuple[float, int]:
-    """Median seconds per run of ``stmt`` (evaluated with ``env`` as globals) and the number of blocks timed.
-
-    Warm-up runs come first, the clock synchronizes ``device``, and ``threads`` (if given) is set for
-    the measurement and restored afterwards.
-    """
-    device = torch.device(device)
-    if not (isinstance(min_run_time, (int, float)) and min_run_time > 0):
-        raise ValueError(f"min_run_time {min_run_time!r} must be a positive number of seconds")
-    with using_threads(threads) as n:
-        code = compile(stmt, "<bench>", "exec")
-        for _ in range(warmup):
-            exec(code, dict(env))
-        devices.synchronize(device)
-        timer = benchmark.Timer(stmt=stmt, globals=dict(env), timer=_timer_for(device), num_threads=n)
-        measurement = timer.blocked_autorange(min_run_time=min_run_time)
-    return float(measurement.median), len(measurement.times)
-
-
-def check_matmul_precision(precision: object) -> str | None:
-    """``None`` (keep torch's setting) or one of :data:`MATMUL_PRECISIONS`; a one-line ValueError otherwise."""
-    if precision is None or precision in MATMUL_PRECISIONS:
-        return precision
-    raise ValueError(f"unknown matmul precision {precision!r}: use one of {', '.join(MATMUL_PRECISIONS)}")
-
-
-@contextlib.contextmanager
-def float32_matmul_precision(precision: str | None) -> Iterator[str]:
-    """Run the block with ``torch.set_float32_matmul_precision(precision)`` (None: unchanged); restored after.
-
-    ``"highest"`` keeps float32 matmuls in strict FP32; ``"high"`` lets CUDA GPUs since Ampere use TF32
-    tensor cores (10-bit mantissa inputs, float32 accumulation). Yields the setting in effect.
-    """
-    precision = check_matmul_precision(precision)
-    before = torch.get_float32_matmul_precision()
-    if precision is not None:
-        torch.set_float32_matmul_precision(precision)
-    try:
-        yield torch.get_float32_matmul_precision()
-    finally:
-        torch.set_float32_matmul_precision(before)
 
 
 def make_result(probe: str, device: torch.device, **values) -> BenchResult:
@@ -196,7 +112,7 @@ def matmul_probe(device: str | torch.device = "auto", size: int = 512, dtype: st
     probe). A dtype this device cannot multiply raises a one-line ValueError, and so does running
     out of memory (saying so).
     """
-    size = check_size(size)
+    size = positive_int(size, "size")
     name = check_dtype(dtype)
     check_matmul_precision(matmul_precision)
     dev = devices.pick_device(device)
@@ -241,7 +157,7 @@ def copy_probe(device: str | torch.device = "auto", size_mb: int = 64, kind: str
     every byte (twice the size, as CUDA's ``bandwidthTest`` and spec sheets count), ``add`` reads
     two tensors and writes one (three times), host<->device copies cross the bus once.
     """
-    size_mb = check_size(size_mb, "size_mb")
+    size_mb = positive_int(size_mb, "size_mb")
     name = check_dtype(dtype)
     if kind not in COPY_KINDS:
         raise ValueError(f"unknown copy kind {kind!r}: use one of {', '.join(COPY_KINDS)}")
@@ -271,9 +187,10 @@ def matmul_sweep(device: str | torch.device = "auto", sizes: Iterable[int] = (25
                  dtype: str | torch.dtype = "float32", *, threads: int | None = None,
                  min_run_time: float = 0.1, matmul_precision: str | None = None) -> list[BenchResult]:
     """:func:`matmul_probe` for each size (all arguments are validated before anything runs)."""
-    sizes = [check_size(s) for s in sizes]
+    sizes = [positive_int(s, "size") for s in sizes]
     check_dtype(dtype)
-    check_threads(threads)
+    if threads is not None:
+        positive_int(threads, "threads")
     check_matmul_precision(matmul_precision)
     return [matmul_probe(device, s, dtype, threads=threads, min_run_time=min_run_time,
                          matmul_precision=matmul_precision) for s in sizes]
@@ -283,9 +200,10 @@ def copy_sweep(device: str | torch.device = "auto", sizes_mb: Iterable[int] = (1
                pinned: bool = False, non_blocking: bool = False, dtype: str | torch.dtype = "float32",
                threads: int | None = None, min_run_time: float = 0.1) -> list[BenchResult]:
     """:func:`copy_probe` for each size in MiB (all sizes are validated before anything runs)."""
-    sizes_mb = [check_size(s, "size_mb") for s in sizes_mb]
+    sizes_mb = [positive_int(s, "size_mb") for s in sizes_mb]
     check_dtype(dtype)
-    check_threads(threads)
+    if threads is not None:
+        positive_int(threads, "threads")
     return [copy_probe(device, s, kind, pinned=pinned, non_blocking=non_blocking, dtype=dtype, threads=threads,
                        min_run_time=min_run_time) for s in sizes_mb]
 

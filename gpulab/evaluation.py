@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 import torch
 
-from gpulab.bench import using_threads
 from gpulab.boston import Split, carve_validation, load_boston, split
-from gpulab.devices import pick_device, synchronize
-from gpulab.experiment import Recipe, article_model
+from gpulab.devices import pick_device
+from gpulab.experiment import Recipe, Setup, article_model, optimizer_for
+from gpulab.timing import Stopwatch, using_threads
 from gpulab.models import EnsembleMLP
 from gpulab.train import fit, predict, regression_metrics
 
@@ -167,22 +166,21 @@ def fit_and_predict(
     """Train model ``name`` on ``data``'s training part; return (test predictions, seconds, device)."""
     if name not in MODELS:
         raise ValueError(f"model={name!r} is not one of {', '.join(MODELS)}")
-    start = time.perf_counter()
-    if name == "article MLP":
-        recipe = Recipe(seed=seed, split_seed=seed, epochs=article_epochs)
-        model = article_model(recipe, in_dim=data.X_train.shape[1], device=device)
-        fit(model, (data.X_train, data.y_train), epochs=recipe.epochs, lr=recipe.lr, batch_size=recipe.batch_size,
-            device=device, seed=seed, progress=False)
-        pred = predict(model, data.X_test.to(device))
-    elif name == "improved MLP":
-        pred = fit_improved(data, improved, seed=seed, device=device).predict(data.X_test.to(device))
-    else:
-        estimator = _sklearn(name, seed)
-        estimator.fit(data.X_train.cpu().numpy(), data.y_train.cpu().numpy().ravel())
-        pred = torch.from_numpy(estimator.predict(data.X_test.cpu().numpy()))
-        device = torch.device("cpu")
-    synchronize(device)
-    return pred.cpu(), time.perf_counter() - start, str(device)
+    on_cpu = name not in ("article MLP", "improved MLP")  # scikit-learn runs on the CPU only
+    device = torch.device("cpu") if on_cpu else device
+    with Stopwatch(device) as clock:
+        if name == "article MLP":
+            recipe = Recipe(seed=seed, split_seed=seed, epochs=article_epochs)
+            model = article_model(recipe, in_dim=data.X_train.shape[1], device=device)
+            Setup(recipe, data, model, optimizer_for(model, recipe)).fit(device=device, progress=False)
+            pred = predict(model, data.X_test.to(device))
+        elif name == "improved MLP":
+            pred = fit_improved(data, improved, seed=seed, device=device).predict(data.X_test.to(device))
+        else:
+            estimator = _sklearn(name, seed)
+            estimator.fit(data.X_train.cpu().numpy(), data.y_train.cpu().numpy().ravel())
+            pred = torch.from_numpy(estimator.predict(data.X_test.cpu().numpy()))
+    return pred.cpu(), clock.seconds, str(device)
 
 
 def repeated_evaluation(

@@ -1,19 +1,23 @@
-"""The article's Boston experiment as one recipe, shared by `gpulab train`, the DDP worker and notebooks.
+"""The article's Boston experiment as one recipe, shared by `gpulab train`, the rank programs and notebooks.
 
 Building the model and the data in one place is what makes a DDP run comparable with a
-single-device run: same seed, same split, same initial weights. ``add_recipe_options`` and
-``recipe_from`` turn the recipe into command-line options and back (`gpulab train`, `gpulab ddp`
-and the DDP worker share them).
+single-device run: same seed, same split, same initial weights. :func:`setup` is THE way from a
+recipe to its data, model and optimizer; ``Setup.fit`` trains with the recipe's settings.
+``add_recipe_options`` / ``recipe_from`` turn the recipe into command-line options and back, and
+:func:`recipe_args` writes those options for a rank program (`gpulab train`, `gpulab ddp` and the
+DDP and FSDP workers share them).
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
-from gpulab.argtypes import non_negative_int, positive_float, positive_int
+from gpulab import argtypes
+from gpulab.validate import non_negative_int, positive_int, positive_number
 from gpulab.boston import Split, load_boston, split
 from gpulab.models import Net1
 
@@ -34,12 +38,11 @@ class Recipe:
     drop_b: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive integer")
-        if not (isinstance(self.lr, (int, float)) and 0 < self.lr < float("inf")):
-            raise ValueError(f"lr={self.lr!r} must be a positive number")
+        positive_int(self.epochs, "epochs")
+        positive_int(self.batch_size, "batch_size")
+        positive_number(self.lr, "lr")
+        non_negative_int(self.seed, "seed")
+        non_negative_int(self.split_seed, "split_seed")
 
     def to_dict(self) -> dict:
         """A JSON-friendly dict."""
@@ -62,16 +65,53 @@ def optimizer_for(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimiz
     return torch.optim.Adam(model.parameters(), lr=recipe.lr)
 
 
+@dataclass
+class Setup:
+    """What a recipe trains: the data split, the model (initial weights fixed by the seed) and its optimizer."""
+
+    recipe: Recipe
+    data: Split
+    model: Net1
+    optimizer: torch.optim.Optimizer
+
+    def fit(self, model: torch.nn.Module | None = None, **options: Any):
+        """Train on the training part with the recipe's epochs, batch, seed and optimizer (``gpulab.train.fit``).
+
+        ``model`` defaults to ``self.model``; pass a wrapper of it (DDP, DataParallel, FSDP) to train
+        through the wrapper. ``options`` go to ``fit`` (``device``, ``rank``, ``progress`` ...).
+        """
+        from gpulab.train import fit
+
+        r = self.recipe
+        settings = {"epochs": r.epochs, "optimizer": self.optimizer, "batch_size": r.batch_size, "seed": r.seed,
+                    "device": self.data.X_train.device, **options}
+        return fit(self.model if model is None else model, (self.data.X_train, self.data.y_train), **settings)
+
+
+def setup(recipe: Recipe, device: str | torch.device = "cpu") -> Setup:
+    """The recipe's data (on ``device``), its model (same initial weights every time) and its Adam."""
+    data = boston_data(recipe, device=device)
+    model = article_model(recipe, in_dim=data.X_train.shape[1], device=device)
+    return Setup(recipe, data, model, optimizer_for(model, recipe))
+
+
+def recipe_args(recipe: Recipe) -> list[str]:
+    """The command-line options that :func:`recipe_from` reads back into the same ``recipe``."""
+    args = ["--epochs", str(recipe.epochs), "--batch-size", str(recipe.batch_size), "--lr", repr(float(recipe.lr)),
+            "--seed", str(recipe.seed), "--split-seed", str(recipe.split_seed)]
+    return args + (["--no-b"] if recipe.drop_b else [])
+
+
 def add_recipe_options(parser: argparse.ArgumentParser) -> None:
     """The recipe's options (``--epochs``, ``--batch-size``, ``--lr``, ``--seed``, ``--split-seed``, ``--no-b``)."""
     d = Recipe()
-    parser.add_argument("--epochs", type=positive_int, default=d.epochs, help=f"epochs (default {d.epochs})")
-    parser.add_argument("--batch-size", type=positive_int, default=d.batch_size,
+    parser.add_argument("--epochs", type=argtypes.positive_int, default=d.epochs, help=f"epochs (default {d.epochs})")
+    parser.add_argument("--batch-size", type=argtypes.positive_int, default=d.batch_size,
                         help=f"GLOBAL batch size, shared by all ranks (default {d.batch_size})")
-    parser.add_argument("--lr", type=positive_float, default=d.lr, help=f"Adam learning rate (default {d.lr})")
-    parser.add_argument("--seed", type=non_negative_int, default=d.seed,
+    parser.add_argument("--lr", type=argtypes.positive_float, default=d.lr, help=f"Adam learning rate (default {d.lr})")
+    parser.add_argument("--seed", type=argtypes.non_negative_int, default=d.seed,
                         help=f"initial weights and data order (default {d.seed})")
-    parser.add_argument("--split-seed", type=non_negative_int, default=d.split_seed,
+    parser.add_argument("--split-seed", type=argtypes.non_negative_int, default=d.split_seed,
                         help=f"train/test split (default {d.split_seed})")
     parser.add_argument("--no-b", action="store_true", help="leave out the B column of the data")
 

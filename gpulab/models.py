@@ -1,11 +1,15 @@
-"""Models: the article's Net1, kept exactly as written there, and an improved ensemble MLP."""
+"""Models: the article's Net1, kept exactly as written there, an MLP from its widths, and an ensemble MLP."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+from typing import Sequence
 
 import torch
 from torch import nn
+
+from gpulab.validate import positive_int
 
 
 class Net1(nn.Module):
@@ -26,6 +30,24 @@ class Net1(nn.Module):
         return self.layer3(x)
 
 
+def mlp(widths: Sequence[int], device: str | torch.device | None = None) -> nn.Sequential:
+    """``Linear`` layers (with biases) of the given widths, ``ReLU`` between them: ``mlp([512, 2048, 1])``.
+
+    ``device="meta"`` builds it with shapes and no storage (billions of parameters cost nothing).
+    Seed torch first (``torch.manual_seed``) for reproducible weights.
+    """
+    widths = list(widths)
+    if len(widths) < 2:
+        raise ValueError(f"widths={widths!r} needs at least two widths (input and output)")
+    for w in widths:
+        positive_int(w, "a layer width")
+    layers: list[nn.Module] = []
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        for n_in, n_out in zip(widths[:-1], widths[1:]):
+            layers += [nn.Linear(n_in, n_out), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
 class EnsembleMLP(nn.Module):
     """``members`` small MLPs (``layers`` hidden layers of ``hidden`` units, ReLU, dropout) in one module.
 
@@ -40,8 +62,7 @@ class EnsembleMLP(nn.Module):
     ) -> None:
         super().__init__()
         for name, value in (("in_dim", in_dim), ("out_dim", out_dim), ("hidden", hidden), ("members", members), ("layers", layers)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive integer")
+            positive_int(value, name)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout={dropout!r} must be in [0, 1)")
         dims = [in_dim] + [hidden] * layers + [out_dim]

@@ -25,6 +25,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 from gpulab import bench, devices
+from gpulab.validate import positive_int
 
 #: The warning a DataLoader gives for ``pin_memory=True`` without an accelerator (older torch: "CUDA").
 NO_ACCELERATOR_PIN = re.compile(r"'pin_memory' argument is set as true but (no accelerator is found|CUDA is not available)")
@@ -43,8 +44,8 @@ class SliceSampler(Sampler):
     """Yields ``slice(start, stop)`` objects, one per batch, in order: ``dataset[slice]`` is one view."""
 
     def __init__(self, rows: int, batch_size: int) -> None:
-        self.rows = bench.check_size(rows, "rows")
-        self.batch_size = bench.check_size(batch_size, "batch_size")
+        self.rows = positive_int(rows, "rows")
+        self.batch_size = positive_int(batch_size, "batch_size")
 
     def __iter__(self):
         for start in range(0, self.rows, self.batch_size):
@@ -106,9 +107,9 @@ def loader_probe(device: str | torch.device = "auto", size_mb: int = 256, *, bat
     process pins each batch itself before the copy; with workers, a pin thread pins the next batches
     while the loop copies this one. On the CPU the pass only measures the loader itself (a dry run).
     """
-    size_mb = bench.check_size(size_mb, "size_mb")
-    bench.check_size(batch_rows, "batch_rows")
-    bench.check_size(features, "features")
+    size_mb = positive_int(size_mb, "size_mb")
+    positive_int(batch_rows, "batch_rows")
+    positive_int(features, "features")
     dev = devices.pick_device(device)
     if pin_memory and dev.type != "cuda":
         raise ValueError(f"pin_memory=True needs a CUDA device to copy to, not {dev}")

@@ -10,14 +10,16 @@ single-process step on the whole global batch, whatever the number of ranks.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
 import torch
 from torch import nn
 
-from gpulab.devices import pick_device, synchronize
+from gpulab.devices import pick_device
+from gpulab.step import train_step
+from gpulab.timing import Stopwatch
+from gpulab.validate import non_negative_int, positive_int
 
 
 @dataclass
@@ -33,11 +35,6 @@ class History:
     def to_dict(self) -> dict:
         """A JSON-friendly dict."""
         return asdict(self)
-
-
-def seed_everything(seed: int) -> None:
-    """Seed torch (CPU and every GPU) so that model initialisation is reproducible."""
-    torch.manual_seed(seed)
 
 
 def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
@@ -103,6 +100,7 @@ def fit(
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     on_epoch_end: Callable[[int, History], bool | None] | None = None,
     desc: str = "training",
+    accumulate: int = 1,
 ) -> History:
     """Train ``model`` and return its ``History``.
 
@@ -112,11 +110,13 @@ def fit(
     ``optimizer`` defaults to Adam with ``lr``; ``loss_fn`` to ``nn.MSELoss()`` (a mean).
     ``autocast_dtype`` (``torch.bfloat16``/``torch.float16``) runs the forward pass under
     ``torch.autocast``; float16 on CUDA also uses a ``GradScaler``. ``on_epoch_end(epoch, history)``
-    runs after each epoch (checkpoints, early stopping: return ``True`` to stop).
+    runs after each epoch (checkpoints, early stopping: return ``True`` to stop). ``accumulate=k``
+    cuts every batch into ``k`` micro-batches whose gradients add up before one optimizer step (under
+    DDP only the last one all-reduces: see :func:`gpulab.step.train_step`); the weights are the same.
     Epochs are numbered from ``start_epoch`` to ``epochs - 1`` (resume = same numbers).
     """
-    if not isinstance(epochs, int) or epochs < 0:
-        raise ValueError(f"epochs={epochs!r} must be a non-negative integer")
+    non_negative_int(epochs, "epochs")
+    positive_int(accumulate, "accumulate")
     device = pick_device("auto" if device is None else device)
     optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr)
     loss_fn = loss_fn or nn.MSELoss()
@@ -138,40 +138,25 @@ def fit(
         epoch_range = bar
     model.train()
     for epoch in epoch_range:
-        synchronize(device)
-        start = time.perf_counter()
-        loss_sum = torch.zeros((), device=device)  # float32: no float64 on MPS
-        count = 0
-        if tensors:  # the epoch's order goes to the device once; each step indexes with a view of it
-            steps = (
-                (X[idx], y[idx], len(idx) * world_size / total)
-                for idx, total in shard_batches(len(X), batch_size, seed, epoch, rank, world_size, device=device)
-            )
-        else:
-            steps = ((xb.to(device, non_blocking=True), yb.to(device, non_blocking=True), 1.0) for xb, yb in data)
-        for xb, yb, weight in steps:
-            optimizer.zero_grad(set_to_none=True)
-            with torch.autocast(device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
-                out = model(xb)
-                if len(xb):
-                    loss = loss_fn(out.float(), yb)
-                else:  # this rank's share of a tiny last batch is empty: take part, add nothing
-                    loss = out.sum() * 0.0
-            scaled = loss * weight
-            if scaler is not None:
-                scaler.scale(scaled).backward()
-                scaler.step(optimizer)
-                scaler.update()
+        with Stopwatch(device) as clock:  # waits for the device at both ends
+            loss_sum = torch.zeros((), device=device)  # float32: no float64 on MPS
+            count = 0
+            if tensors:  # the epoch's order goes to the device once; each step indexes with a view of it
+                steps = (
+                    (X[idx], y[idx], len(idx) * world_size / total)
+                    for idx, total in shard_batches(len(X), batch_size, seed, epoch, rank, world_size, device=device)
+                )
             else:
-                scaled.backward()
-                optimizer.step()
-            loss_sum += loss.detach().float() * len(xb)
-            count += len(xb)
-        if scheduler is not None:
-            scheduler.step()
-        total_loss, total_count = _reduce_totals(model, loss_sum, count, world_size)
-        synchronize(device)
-        seconds = time.perf_counter() - start
+                steps = ((xb.to(device, non_blocking=True), yb.to(device, non_blocking=True), 1.0) for xb, yb in data)
+            for xb, yb, weight in steps:
+                loss = train_step(model, optimizer, xb, yb, loss_fn=loss_fn, weight=weight, accumulate=accumulate,
+                                  autocast_dtype=autocast_dtype, scaler=scaler)
+                loss_sum += loss * len(xb)
+                count += len(xb)
+            if scheduler is not None:
+                scheduler.step()
+            total_loss, total_count = _reduce_totals(model, loss_sum, count, world_size)
+        seconds = clock.seconds
         mean_loss = total_loss / total_count if total_count > 0 else math.nan
         history.epochs.append(epoch)
         history.loss.append(mean_loss)

@@ -288,7 +288,7 @@ def ddp_step(rec: Recorder) -> dict:
     finally:
         if before is None:
             del os.environ["OMP_NUM_THREADS"]
-    return {"rows": rows, "note": "one rank through torchrun (gpulab.distributed.launch.train_ddp); gloo trains on the CPU"}
+    return {"rows": rows, "note": "one rank through torchrun (gpulab.distributed.ddp.train_ddp); gloo trains on the CPU"}
 
 
 def nccl_all_reduce_step(rec: Recorder) -> dict:

@@ -74,7 +74,7 @@ def test_auto_backend_fallback_is_said_clearly(gpus, nproc, backend, says, capsy
 
 
 def test_train_ddp_says_so_too(monkeypatch):
-    from gpulab.distributed import launch, torchrun_command
+    from gpulab.distributed import ddp, torchrun_command
 
     monkeypatch.setattr(torchrun_command, "gpu_count", lambda: 1)
     seen = []
@@ -85,9 +85,9 @@ def test_train_ddp_says_so_too(monkeypatch):
     def no_launch(*args, **kwargs):
         raise Stop
 
-    monkeypatch.setattr(launch, "Torchrun", no_launch)
+    monkeypatch.setattr(ddp, "Torchrun", no_launch)
     with pytest.raises(Stop):
-        launch.train_ddp(2, on_line=seen.append)
+        ddp.train_ddp(2, on_line=seen.append)
     assert seen and seen[0].startswith("note: 2 ranks but 1 CUDA GPU(s)")
 
 

@@ -116,8 +116,8 @@ def test_bench_tf32_and_add_are_recorded_in_the_json(tmp_path, capsys):
 
 BAD = [
     (["bench", "matmul", "--device", "tpu"], "unknown device 'tpu'"),
-    (["bench", "matmul", "--sizes", "0"], "size 0"),
-    (["bench", "matmul", "--sizes", "-8"], "size -8"),
+    (["bench", "matmul", "--sizes", "0"], "size=0"),
+    (["bench", "matmul", "--sizes", "-8"], "size=-8"),
     (["bench", "matmul", "--sizes", "abc"], "not an integer"),
     (["bench", "matmul", "--sizes", "256,"], "comma-separated"),
     (["bench", "matmul", "--dtype", "float64"], "float64"),

@@ -12,7 +12,8 @@ import torch
 
 from gpulab.distributed.ddp_worker import choose_backend, distributed_metrics, parse_args
 from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
-from gpulab.distributed.launch import free_port, train_ddp
+from gpulab.distributed.ddp import train_ddp
+from gpulab.distributed.rendezvous import free_port
 from gpulab.train import fit, max_abs_difference, regression_metrics
 
 EPOCHS = 20
@@ -57,7 +58,8 @@ def test_worker_imports_no_command_line_or_launcher():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     loaded = json.loads(out.stdout)
     assert "gpulab.experiment" in loaded
-    assert not [m for m in loaded if m.startswith(("gpulab.cli", "gpulab.distributed.launch", "gpulab.distributed.torchrun"))], loaded
+    launcher = [m for m in loaded if m == "gpulab.distributed.ddp" or m.startswith(("gpulab.cli", "gpulab.distributed.torchrun"))]
+    assert not launcher, loaded
 
 
 def test_worker_refuses_to_run_outside_torchrun(monkeypatch, capsys):

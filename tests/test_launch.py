@@ -10,14 +10,18 @@ import time
 
 import pytest
 
-from gpulab.distributed import launch, torchrun_command as command_module
-from gpulab.distributed.launch import LaunchError, LaunchTimeout, Torchrun, alive, check_nproc, torchrun_command
+from gpulab.distributed import torchrun
+from gpulab.distributed import torchrun_command as command_module
+from gpulab.distributed.launch_result import LaunchError, LaunchTimeout, line_rank
+from gpulab.distributed.processes import alive
+from gpulab.distributed.torchrun import Torchrun
+from gpulab.distributed.torchrun_command import check_nproc, torchrun_command
 
 # A worker script: prefixed whole lines; behaviour chosen by its first argument.
 SCRIPT = textwrap.dedent(
     """
     import os, sys, time
-    from gpulab.distributed.launch import prefix_output
+    from gpulab.distributed.rank_io import prefix_output
     rank = int(os.environ["RANK"])
     prefix_output(rank)
     mode = sys.argv[1]
@@ -59,7 +63,7 @@ def wait_for_ranks(run: Torchrun, n: int, limit: float = 30.0) -> list[int]:
     """Read output until ``n`` ranks said 'ready'; return the workers' pids."""
     ready: set[int] = set()
     deadline = time.monotonic() + limit
-    run.on_line = lambda line: ready.add(launch.line_rank(line)) if line.endswith("ready") else None
+    run.on_line = lambda line: ready.add(line_rank(line)) if line.endswith("ready") else None
     while len(ready) < n and time.monotonic() < deadline:
         run.pump(0.2)
     assert len(ready) == n, run.lines
@@ -133,16 +137,16 @@ def test_torchrun_command_rejects(kwargs, match):
 
 def test_timeout_must_be_positive(script):
     with pytest.raises(ValueError, match="timeout=0"):
-        launch.launch(script, ["chatty"], nproc=1, module=False, timeout=0)
+        torchrun.launch(script, ["chatty"], nproc=1, module=False, timeout=0)
 
 
 @pytest.mark.slow
 def test_lines_are_whole_and_prefixed(script):
-    result = launch.launch(script, ["chatty"], nproc=2, module=False, timeout=60, on_line=None)
+    result = torchrun.launch(script, ["chatty"], nproc=2, module=False, timeout=60, on_line=None)
     for rank in (0, 1):
         mine = result.rank_lines(rank)
         assert mine == [f"line {i:03d} of rank {rank} " + "x" * 200 for i in range(300)]
-    assert all(launch.line_rank(line) is not None or "[rank" not in line for line in result.lines)
+    assert all(line_rank(line) is not None or "[rank" not in line for line in result.lines)
 
 
 @pytest.mark.slow
@@ -150,7 +154,7 @@ def test_ranks_get_the_settings_of_this_os(script, monkeypatch):
     from gpulab.distributed.rendezvous import current_plan
 
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
-    result = launch.launch(script, ["env"], nproc=2, module=False, timeout=60, on_line=None)
+    result = torchrun.launch(script, ["env"], nproc=2, module=False, timeout=60, on_line=None)
     plan = current_plan()
     for rank in (0, 1):
         seen = dict(line.split("=", 1) for line in result.rank_lines(rank))
@@ -163,7 +167,7 @@ def test_ranks_get_the_settings_of_this_os(script, monkeypatch):
 def test_failing_rank_is_named_with_its_last_lines(script):
     seen: list[str] = []
     with pytest.raises(LaunchError) as info:
-        launch.launch(script, ["fail"], nproc=2, module=False, timeout=60, on_line=seen.append)
+        torchrun.launch(script, ["fail"], nproc=2, module=False, timeout=60, on_line=seen.append)
     err = info.value
     assert err.rank == 1
     assert "rank 1 failed" in str(err) and "rank one broke on purpose" in str(err)
@@ -212,7 +216,7 @@ def test_interpreter_exit_stops_workers(script, tmp_path):
         import sys, time
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_launch import command, wait_for_ranks
-        from gpulab.distributed.launch import Torchrun
+        from gpulab.distributed.torchrun import Torchrun
         run = Torchrun(command({script!r}, "sleep"), on_line=None).start()
         pids = wait_for_ranks(run, 2) + [run.pid]
         print(" ".join(map(str, pids)), flush=True)

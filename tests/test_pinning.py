@@ -27,11 +27,11 @@ def test_slice_loader_batches_are_views_not_collated_copies():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: pinning.SliceSampler(0, 4), "rows 0"),
-    (lambda: pinning.SliceSampler(4, 0), "batch_size 0"),
+    (lambda: pinning.SliceSampler(0, 4), "rows=0"),
+    (lambda: pinning.SliceSampler(4, 0), "batch_size=0"),
     (lambda: pinning.slice_loader(torch.zeros(3, 1), torch.zeros(2, 1), 2), "3 rows but y has 2"),
-    (lambda: pinning.loader_probe("cpu", 0), "size_mb 0"),
-    (lambda: pinning.loader_probe("cpu", 1, batch_rows=0), "batch_rows 0"),
+    (lambda: pinning.loader_probe("cpu", 0), "size_mb=0"),
+    (lambda: pinning.loader_probe("cpu", 1, batch_rows=0), "batch_rows=0"),
     (lambda: pinning.loader_probe("cpu", 1, pin_memory=True), "needs a CUDA device"),
 ])
 def test_bad_inputs(call, match):

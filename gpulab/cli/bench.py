@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from gpulab import bench
-from gpulab.cli import positive_float, positive_int
+from gpulab.argtypes import positive_float, positive_int
 from gpulab.devices import pick_device
 
 

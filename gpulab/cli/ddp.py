@@ -48,7 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate, launch torchrun, stream its output; 0 on success, 1 if a rank failed."""
-    from gpulab.distributed.launch import worker_args
+    from gpulab.distributed.ddp import worker_args
     from gpulab.distributed.launch_result import LaunchError
     from gpulab.distributed.torchrun import launch
     from gpulab.distributed.torchrun_command import backend_note, check_nproc

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
-from gpulab.cli import positive_int
+from gpulab.argtypes import positive_int
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -51,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from gpulab.devices import pick_device
     from gpulab.evaluation import ImprovedConfig, format_table, ratio, repeated_evaluation
     from gpulab.paired import compare_features, compare_models, format_paired
+    from gpulab.timing import Stopwatch
 
     device = pick_device(args.device)
     config = ImprovedConfig()
@@ -65,17 +65,17 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write(f"split seed {seed}: {model:<17} test RMSE {rmse:.3f}\n")
             sys.stderr.flush()
 
-    start = time.perf_counter()
-    scores, ratios, parts, pairs = [], {}, {}, {}
-    for drop_b in variants:
-        part = repeated_evaluation(args.repeats, drop_b=drop_b, device=device, improved=config, on_result=report)
-        scores += part
-        parts[part[0].features] = part
-        ratios[part[0].features] = ratio(part)
-        pairs[f"models, {part[0].features}"] = compare_models(part)
-    if len(parts) == 2:
-        pairs["without B vs with B"] = compare_features(parts["with B"], parts["without B"])
-    seconds = time.perf_counter() - start
+    with Stopwatch(device) as clock:
+        scores, ratios, parts, pairs = [], {}, {}, {}
+        for drop_b in variants:
+            part = repeated_evaluation(args.repeats, drop_b=drop_b, device=device, improved=config, on_result=report)
+            scores += part
+            parts[part[0].features] = part
+            ratios[part[0].features] = ratio(part)
+            pairs[f"models, {part[0].features}"] = compare_models(part)
+        if len(parts) == 2:
+            pairs["without B vs with B"] = compare_features(parts["with B"], parts["without B"])
+    seconds = clock.seconds
     print(f"{args.repeats} split(s) (seeds 0..{args.repeats - 1}), 80/20, standardised on the training part; "
           f"MLPs on {device}")
     print(format_table(scores))

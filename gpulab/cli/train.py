@@ -7,7 +7,6 @@ same ``--seed``, ``--batch-size``, ``--epochs`` and ``--lr`` give the same final
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 from torch import nn
@@ -51,23 +50,21 @@ def run(args: argparse.Namespace) -> int:
     """Train, evaluate, report; optional --save and --json. Returns the exit status."""
     from gpulab.atomic import torch_save, write_json
     from gpulab.devices import pick_device
-    from gpulab.experiment import article_model, boston_data, optimizer_for
-    from gpulab.train import evaluate, fit
+    from gpulab.experiment import setup
+    from gpulab.timing import Stopwatch
+    from gpulab.train import evaluate
 
     device = pick_device(args.device)
     recipe = recipe_from(args)
-    data = boston_data(recipe, device=device)
-    model = article_model(recipe, in_dim=data.X_train.shape[1], device=device)
-    optimizer = optimizer_for(model, recipe)
+    run_setup = setup(recipe, device)
+    data, model = run_setup.data, run_setup.model
     net, device_ids = model, []
     if args.data_parallel:
         net, device_ids, note = _wrap_data_parallel(model, device)
         print(note)
-    start = time.perf_counter()
-    history = fit(net, (data.X_train, data.y_train), epochs=recipe.epochs, lr=recipe.lr, optimizer=optimizer,
-                  batch_size=recipe.batch_size, device=device, seed=recipe.seed,
-                  progress=not args.no_progress)
-    train_seconds = time.perf_counter() - start
+    with Stopwatch(device) as clock:
+        history = run_setup.fit(net, device=device, progress=not args.no_progress)
+    train_seconds = clock.seconds
     metrics = evaluate(model, data.X_test, data.y_test)
     print(f"device {device}  epochs {recipe.epochs}  batch {recipe.batch_size}  lr {recipe.lr:g}  seed {recipe.seed}"
           f"{'  without B' if recipe.drop_b else ''}")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 import traceback
@@ -24,9 +23,10 @@ import torch.distributed as dist
 
 from gpulab.atomic import torch_save, write_json
 from gpulab.distributed import checkpoint
-from gpulab.distributed.rank_io import exit_worker, prefix_output, run_in_group
-from gpulab.experiment import add_recipe_options, article_model, boston_data, optimizer_for, recipe_from
-from gpulab.train import History, fit
+from gpulab.distributed.rank_io import exit_worker, prefix_output, rank_env, run_in_group
+from gpulab.experiment import add_recipe_options, recipe_from, setup
+from gpulab.timing import Stopwatch
+from gpulab.train import History
 
 
 def choose_backend(requested: str, local_world_size: int) -> str:
@@ -82,9 +82,8 @@ def train(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> d
     """One rank's whole job once the process group is up; returns rank 0's summary."""
     recipe = recipe_from(args)
     device = torch.device("cuda", local_rank) if dist.get_backend() == "nccl" else torch.device("cpu")
-    data = boston_data(recipe, device)
-    model = article_model(recipe, in_dim=data.X_train.shape[1], device=device)
-    optimizer = optimizer_for(model, recipe)
+    run = setup(recipe, device)
+    data, model, optimizer = run.data, run.model, run.optimizer
     start_epoch, old = 0, {}
     if args.checkpoint_dir:
         start_epoch, old = checkpoint.resume(args.checkpoint_dir, model, optimizer)
@@ -104,11 +103,10 @@ def train(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> d
         if args.epoch_delay:
             time.sleep(args.epoch_delay)
 
-    start = time.perf_counter()
-    fit(ddp, (data.X_train, data.y_train), epochs=recipe.epochs, optimizer=optimizer, batch_size=recipe.batch_size,
-        device=device, seed=recipe.seed, progress=False, rank=rank, world_size=world, start_epoch=start_epoch,
-        on_epoch_end=on_epoch_end)
-    seconds = time.perf_counter() - start
+    with Stopwatch(device) as clock:
+        run.fit(ddp, device=device, progress=False, rank=rank, world_size=world, start_epoch=start_epoch,
+                on_epoch_end=on_epoch_end)
+    seconds = clock.seconds
     metrics = distributed_metrics(ddp, data.X_test, data.y_test, rank, world)
     summary = {"recipe": recipe.to_dict(), "world_size": world, "backend": dist.get_backend(), "device": str(device),
                "resumed_from_epoch": start_epoch, "train_seconds": seconds, "metrics": metrics,
@@ -125,12 +123,10 @@ def train(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> d
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point under torchrun: read its environment, set up, train, always tear down."""
     args = parse_args(argv)
-    env = os.environ
-    if "RANK" not in env or "WORLD_SIZE" not in env:
-        sys.stderr.write("error: run me under torchrun (RANK and WORLD_SIZE are not set)\n")
+    env = rank_env()
+    if env is None:
         return 2
-    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
-    local_rank, local_world = int(env.get("LOCAL_RANK", 0)), int(env.get("LOCAL_WORLD_SIZE", world))
+    rank, world, local_rank, local_world = env.rank, env.world, env.local_rank, env.local_world
     prefix_output(rank)  # every line '[rank N] ...', written whole
     try:
         backend = choose_backend(args.backend, local_world)

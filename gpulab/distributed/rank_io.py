@@ -1,4 +1,8 @@
-"""What a program running under torchrun uses: whole ``[rank N]`` lines and a clean exit.
+"""What a program running under torchrun uses: its place (``rank_env``), whole ``[rank N]`` lines, a clean exit.
+
+``rank_env()`` reads torchrun's environment once (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``LOCAL_WORLD_SIZE``); outside torchrun it says so in one line and gives None, so every rank
+program starts ``env = rank_env(); if env is None: return 2``.
 
 ``prefix_output(rank)`` makes ``print``, warnings and tracebacks write whole lines prefixed
 ``[rank N] ``, one ``os.write`` per batch of lines, so the lines of different ranks sharing one
@@ -11,7 +15,28 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 from typing import Callable, NoReturn
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    """Where this process stands in a torchrun launch."""
+
+    rank: int
+    world: int
+    local_rank: int
+    local_world: int
+
+
+def rank_env() -> RankEnv | None:
+    """This process's place from torchrun's environment; None (and one line on stderr) outside torchrun."""
+    env = os.environ
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        sys.stderr.write("error: run me under torchrun (RANK and WORLD_SIZE are not set)\n")
+        return None
+    world = int(env["WORLD_SIZE"])
+    return RankEnv(int(env["RANK"]), world, int(env.get("LOCAL_RANK", 0)), int(env.get("LOCAL_WORLD_SIZE", world)))
 
 
 class RankLines:

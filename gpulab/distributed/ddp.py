@@ -1,12 +1,8 @@
 """Train the article's model with DDP through torchrun: ``train_ddp(2, Recipe(epochs=20), timeout=120)``.
 
-``train_ddp`` runs ``gpulab.distributed.ddp_worker`` once per rank (``gpulab.distributed.torchrun.launch`` underneath)
-and returns the trained weights, the test metrics and the history (``DDPResult``).
-
-This module also re-exports the launcher's names (``launch``, ``Torchrun``, ``torchrun_command``,
-``LaunchError`` ...) so that ``from gpulab.distributed.launch import ...`` keeps working; they live in
-``gpulab.distributed.torchrun``, ``gpulab.distributed.torchrun_command``, ``gpulab.distributed.launch_result``, ``gpulab.distributed.processes``,
-``gpulab.distributed.rendezvous`` and ``gpulab.distributed.rank_io``.
+The driver of the pair ``ddp`` / ``ddp_worker``: ``train_ddp`` runs ``gpulab.distributed.ddp_worker``
+once per rank (through ``gpulab.distributed.torchrun``) and returns the trained weights, the test
+metrics and the history (``DDPResult``).
 """
 
 from __future__ import annotations
@@ -18,22 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from gpulab.distributed.launch_result import LaunchError, LaunchResult, LaunchTimeout, line_rank
-from gpulab.distributed.processes import alive
-from gpulab.distributed.rank_io import exit_worker, prefix_output
-from gpulab.distributed.rendezvous import free_port
-from gpulab.distributed.torchrun import Torchrun, launch, print_line
-from gpulab.distributed.torchrun_command import (backend_note, check_nproc, check_timeout, gpu_count, single_machine,
-                                     torchrun_command)
+from gpulab.distributed.torchrun import Torchrun, print_line
+from gpulab.distributed.torchrun_command import backend_note, check_nproc, check_timeout, single_machine, torchrun_command
 
 if TYPE_CHECKING:
     from gpulab.experiment import Recipe
     from gpulab.train import History
-
-__all__ = ["DDPResult", "LaunchError", "LaunchResult", "LaunchTimeout", "Torchrun", "alive", "backend_note",
-           "check_nproc", "exit_worker", "free_port", "gpu_count", "launch", "line_rank", "prefix_output",
-           "torchrun_command", "train_ddp", "worker_args"]
-
 
 @dataclass
 class DDPResult:
@@ -57,17 +43,15 @@ def worker_args(recipe: Recipe, *, backend: str = "auto", save: str | Path | Non
                 json_path: str | Path | None = None, checkpoint_dir: str | Path | None = None,
                 log_every: int = 1, epoch_delay: float = 0.0) -> list[str]:
     """The ``gpulab.distributed.ddp_worker`` arguments for a ``gpulab.experiment.Recipe``."""
-    args = ["--epochs", recipe.epochs, "--batch-size", recipe.batch_size, "--lr", repr(float(recipe.lr)),
-            "--seed", recipe.seed, "--split-seed", recipe.split_seed, "--backend", backend,
-            "--log-every", log_every]
-    if recipe.drop_b:
-        args.append("--no-b")
+    from gpulab.experiment import recipe_args
+
+    args = recipe_args(recipe) + ["--backend", backend, "--log-every", str(log_every)]
     for flag, value in (("--save", save), ("--json", json_path), ("--checkpoint-dir", checkpoint_dir)):
         if value is not None:
             args += [flag, os.fspath(value)]
     if epoch_delay:
-        args += ["--epoch-delay", epoch_delay]
-    return [str(a) for a in args]
+        args += ["--epoch-delay", str(epoch_delay)]
+    return args
 
 
 def train_ddp(
