@@ -1,8 +1,8 @@
-"""Where more DDP ranks stop helping: see gpulab/crossover.py (`python benchmarks/crossover.py --help`)."""
+"""Where more DDP ranks stop helping: see gpulab/distributed/crossover.py (`python benchmarks/crossover.py --help`)."""
 
 import sys
 
-from gpulab.crossover import main
+from gpulab.distributed.crossover import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,42 +1,44 @@
-"""The crossover measurement's pieces that need no torchrun (notebook 07 runs the real thing)."""
-
-import argparse
+"""The crossover measurement: its pieces without torchrun, and one real launch for two rank counts."""
 
 import pytest
 import torch
 
-from gpulab import crossover
+from gpulab.distributed import crossover, crossover_worker
 
 
 def test_synthetic_data_is_seeded_and_shaped():
-    X1, y1 = crossover.synthetic_data(0)
-    X2, y2 = crossover.synthetic_data(0)
-    assert X1.shape == (crossover.SYNTHETIC["rows"], crossover.SYNTHETIC["features"])
-    assert y1.shape == (crossover.SYNTHETIC["rows"], 1)
+    X1, y1 = crossover_worker.synthetic_data(0)
+    X2, y2 = crossover_worker.synthetic_data(0)
+    assert X1.shape == (crossover_worker.SYNTHETIC["rows"], crossover_worker.SYNTHETIC["features"])
+    assert y1.shape == (crossover_worker.SYNTHETIC["rows"], 1)
     assert torch.equal(X1, X2) and torch.equal(y1, y2)
-    assert not torch.equal(X1, crossover.synthetic_data(1)[0])
+    assert not torch.equal(X1, crossover_worker.synthetic_data(1)[0])
 
 
 def test_train_problem_rejects_unknown_problem():
     with pytest.raises(ValueError, match="unknown problem 'mnist'"):
-        crossover.train_problem("mnist", epochs=2)
+        crossover_worker.train_problem("mnist", epochs=2)
 
 
 def test_train_problem_boston_gives_epoch_times_and_weights():
-    seconds, state = crossover.train_problem("boston", epochs=2)
+    seconds, state = crossover_worker.train_problem("boston", epochs=2)
     assert len(seconds) == 2 and all(s > 0 for s in seconds)
     assert set(state) == {"layer1.0.weight", "layer1.0.bias", "layer2.0.weight", "layer2.0.bias",
                           "layer3.0.weight", "layer3.0.bias"}
 
 
-@pytest.mark.parametrize("text", ["", "0,1", "a,b", "-2"])
-def test_parse_ranks_rejects_bad_text(text):
-    with pytest.raises(argparse.ArgumentTypeError):
-        crossover.parse_ranks(text)
+@pytest.mark.parametrize("argv", [["--ranks", "0,1"], ["--ranks", "a,b"], ["--boston-epochs", "1"]])
+def test_the_benchmark_rejects_bad_options_before_launching(argv, capsys):
+    with pytest.raises(SystemExit) as stop:
+        crossover.main(argv)
+    assert stop.value.code == 2 and "error:" in capsys.readouterr().err
 
 
-def test_parse_ranks_sorts_and_dedups():
-    assert crossover.parse_ranks("3,1,3") == [1, 3]
+def test_the_worker_refuses_to_run_outside_torchrun(monkeypatch, capsys):
+    monkeypatch.delenv("RANK", raising=False)
+    assert crossover_worker.main(["--out", "x.json", "--worlds", "2", "--boston-epochs", "2",
+                                  "--synthetic-epochs", "0"]) == 2
+    assert "run me under torchrun" in capsys.readouterr().err
 
 
 def test_format_table_lists_every_row():
@@ -51,7 +53,7 @@ def test_format_table_lists_every_row():
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"ranks": [], "boston_epochs": 2, "synthetic_epochs": 2}, "ranks="),
-    ({"ranks": [0, 2], "boston_epochs": 2, "synthetic_epochs": 2}, "ranks="),
+    ({"ranks": [0, 2], "boston_epochs": 2, "synthetic_epochs": 2}, "ranks=0"),
     ({"ranks": [2], "boston_epochs": 0, "synthetic_epochs": 2}, "boston_epochs=0"),
     ({"ranks": [2], "boston_epochs": 2, "synthetic_epochs": -1}, "synthetic_epochs=-1"),
 ])
