@@ -12,62 +12,15 @@ each over the repeats, measured in this one run::
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
-LOOPS = ("article", "article + loss.item()", "gpulab fit")
-
-
-def _seconds(train, epochs: int, device: torch.device) -> float:
-    from gpulab.devices import synchronize
-
-    synchronize(device)
-    start = time.perf_counter()
-    train(epochs)
-    synchronize(device)
-    return time.perf_counter() - start
-
-
-def measure(device: str, epochs: int, repeats: int, batch_size: int = 128) -> dict:
-    """Median seconds of ``epochs`` epochs for each loop over ``repeats`` interleaved runs (after a warm-up)."""
-    from gpulab.article import article_loader, train_article
-    from gpulab.devices import pick_device
-    from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
-    from gpulab.train import fit
-
-    dev = pick_device(device)
-    recipe = Recipe(epochs=epochs, batch_size=batch_size)
-    data = boston_data(recipe, device="cpu")
-    loader = article_loader(data.X_train, data.y_train, batch_size=batch_size)
-
-    def article(n: int, per_batch: bool = False) -> None:
-        model = article_model(recipe, device=dev)
-        train_article(model, loader, epochs=n, device=dev, optimizer=optimizer_for(model, recipe),
-                      loss_item_per_batch=per_batch)
-
-    def gpulab_loop(n: int) -> None:
-        model = article_model(recipe, device=dev)
-        fit(model, (data.X_train, data.y_train), epochs=n, optimizer=optimizer_for(model, recipe),
-            batch_size=batch_size, device=dev, seed=recipe.seed, progress=False)
-
-    loops = dict(zip(LOOPS, (article, lambda n: article(n, per_batch=True), gpulab_loop)))
-    for train in loops.values():
-        train(1)  # warm-up: first calls allocate and load kernels
-    runs: dict[str, list[float]] = {name: [] for name in loops}
-    for _ in range(repeats):  # interleaved, so a busy machine slows every loop alike
-        for name, train in loops.items():
-            runs[name].append(_seconds(train, epochs, dev))
-    return {"device": str(dev), "epochs": epochs, "repeats": repeats, "batches_per_epoch": len(loader),
-            "seconds": {name: statistics.median(r) for name, r in runs.items()},
-            "spread": {name: (min(r), max(r)) for name, r in runs.items()}}
+from gpulab.argtypes import positive_int
+from gpulab.article import LOOPS, compare_loops
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, measure on each device, print one line per loop and device."""
-    from gpulab.cli import positive_int
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=positive_int, default=100, help="epochs per timed run (default 100, the recipe)")
     parser.add_argument("--repeats", type=positive_int, default=5, help="timed runs per loop (default 5)")
@@ -82,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
           f"batch 128, {args.epochs} epochs, median (min-max) of {args.repeats} runs")
     for device in devices:
         try:
-            r = measure(device, args.epochs, args.repeats)
+            r = compare_loops(device, args.epochs, args.repeats)
         except ValueError as exc:
             parser.error(str(exc))
         base = r["seconds"]["article"]

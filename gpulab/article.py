@@ -9,12 +9,12 @@ The article reads no loss value inside its batch loop, so neither does ``train_a
 default: the loss is summed on the device and read once per epoch (for the ``History``), when
 the epoch's timing waits for the device anyway. ``loss_item_per_batch=True`` adds the common
 ``total += loss.item()`` per batch, which on a GPU makes the host wait for the device at every
-step; ``benchmarks/loop_vs_article.py`` measures what that costs.
+step; :func:`compare_loops` (``benchmarks/loop_vs_article.py``) measures what that costs.
 """
 
 from __future__ import annotations
 
-import time
+import statistics
 import warnings
 from dataclasses import dataclass
 
@@ -22,8 +22,13 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpulab.devices import pick_device, synchronize
+from gpulab.devices import pick_device
+from gpulab.timing import Stopwatch
 from gpulab.train import History
+from gpulab.validate import non_negative_int, positive_int
+
+#: The loops :func:`compare_loops` times.
+LOOPS = ("article", "article + loss.item()", "gpulab fit")
 
 
 def article_loader(
@@ -36,8 +41,7 @@ def article_loader(
     seed: int = 0,
 ) -> DataLoader:
     """The article's ``DataLoader(TensorDataset(X, y), batch_size=128, shuffle=True)``, data on the host."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
+    positive_int(batch_size, "batch_size")
     if len(X) != len(y):
         raise ValueError(f"X has {len(X)} rows but y has {len(y)}: they must match")
     generator = torch.Generator().manual_seed(int(seed))
@@ -66,8 +70,7 @@ def train_article(
     ``loss_item_per_batch`` reads ``loss.item()`` after every step (a device sync per batch on a
     GPU), which the article does not do; the epoch's mean loss is the same either way.
     """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
-        raise ValueError(f"epochs={epochs!r} must be a non-negative integer")
+    non_negative_int(epochs, "epochs")
     if not isinstance(loss_item_per_batch, bool):
         raise ValueError(f"loss_item_per_batch={loss_item_per_batch!r} must be True or False")
     device = pick_device(device)
@@ -76,31 +79,70 @@ def train_article(
     history = History(device=str(device))
     model.train()
     for epoch in range(epochs):
-        synchronize(device)
-        start = time.perf_counter()
-        total = torch.zeros((), dtype=torch.float64, device=device)
-        host_total, count = 0.0, 0
-        for data, target in loader:
-            data = data.type(torch.FloatTensor).to(device)
-            target = target.type(torch.FloatTensor).to(device)
-            optimizer.zero_grad()
-            output = model(data)
-            loss = criterion(output, target)
-            loss.backward()
-            optimizer.step()
-            if loss_item_per_batch:
-                host_total += loss.item() * len(data)  # the host waits here for the device
-            else:
-                total += loss.detach().double() * len(data)  # stays on the device: no wait
-            count += len(data)
-        synchronize(device)
-        seconds = time.perf_counter() - start
+        with Stopwatch(device) as clock:  # waits for the device at both ends
+            total = torch.zeros((), device=device)  # float32: Apple's MPS has no float64
+            host_total, count = 0.0, 0
+            for data, target in loader:
+                data = data.type(torch.FloatTensor).to(device)
+                target = target.type(torch.FloatTensor).to(device)
+                optimizer.zero_grad()
+                output = model(data)
+                loss = criterion(output, target)
+                loss.backward()
+                optimizer.step()
+                if loss_item_per_batch:
+                    host_total += loss.item() * len(data)  # the host waits here for the device
+                else:
+                    total += loss.detach() * len(data)  # stays on the device: no wait
+                count += len(data)
+        seconds = clock.seconds
         loss_sum = host_total if loss_item_per_batch else total.item()  # once per epoch, after the clock
         history.epochs.append(epoch)
         history.loss.append(loss_sum / count if count else float("nan"))
         history.seconds.append(seconds)
         history.samples_per_s.append(count / seconds if seconds > 0 else float("inf"))
     return history
+
+
+def compare_loops(device: str | torch.device, epochs: int, repeats: int, batch_size: int = 128) -> dict:
+    """Median seconds of ``epochs`` epochs for each of :data:`LOOPS`, over ``repeats`` interleaved runs.
+
+    The article's loop (DataLoader, a copy per batch), the same with ``loss.item()`` per batch, and
+    ``gpulab.train.fit`` (data moved once): same model, optimizer, batch size and data. One warm-up
+    epoch each first; interleaved, so a busy machine slows every loop alike. ``models`` holds each
+    loop's last trained model.
+    """
+    from gpulab.experiment import Recipe, setup
+
+    positive_int(repeats, "repeats")
+    dev = pick_device(device)
+    recipe = Recipe(epochs=epochs, batch_size=batch_size)
+    data = setup(recipe).data
+    loader = article_loader(data.X_train, data.y_train, batch_size=batch_size)
+
+    def article(n: int, per_batch: bool = False) -> nn.Module:
+        run = setup(recipe, dev)
+        train_article(run.model, loader, epochs=n, device=dev, optimizer=run.optimizer, loss_item_per_batch=per_batch)
+        return run.model
+
+    def gpulab_loop(n: int) -> nn.Module:
+        run = setup(recipe, dev)
+        run.fit(epochs=n, progress=False)
+        return run.model
+
+    loops = dict(zip(LOOPS, (article, lambda n: article(n, per_batch=True), gpulab_loop)))
+    for train in loops.values():
+        train(1)  # warm-up: first calls allocate and load kernels
+    runs: dict[str, list[float]] = {name: [] for name in loops}
+    models: dict[str, nn.Module] = {}
+    for _ in range(repeats):
+        for name, train in loops.items():
+            with Stopwatch(dev) as clock:
+                models[name] = train(epochs)
+            runs[name].append(clock.seconds)
+    return {"device": str(dev), "epochs": epochs, "repeats": repeats, "batches_per_epoch": len(loader),
+            "seconds": {name: statistics.median(r) for name, r in runs.items()},
+            "spread": {name: (min(r), max(r)) for name, r in runs.items()}, "models": models}
 
 
 @dataclass(frozen=True)

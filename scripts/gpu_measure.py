@@ -35,7 +35,7 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # the script runs from a checkout: gpulab and benchmarks/ come from it
+if str(ROOT) not in sys.path:  # the script runs from a checkout: gpulab comes from it
     sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
@@ -231,12 +231,12 @@ def modes_step(rec: Recorder) -> dict:
 
 
 def boston_loop_step(rec: Recorder) -> dict:
-    from benchmarks.loop_vs_article import measure
+    from gpulab.article import compare_loops
 
     places = [str(rec.device), "cpu"] if rec.device.type == "cuda" else ["cpu"]
     rows = []
     for place in places:
-        r = measure(place, rec.cfg["epochs"], rec.cfg["repeats"])
+        r = compare_loops(place, rec.cfg["epochs"], rec.cfg["repeats"])
         for loop, seconds in r["seconds"].items():
             low, high = r["spread"][loop]
             rows.append({"device": r["device"], "loop": loop, "epochs_per_s": r["epochs"] / seconds,
@@ -272,7 +272,7 @@ def data_parallel_step(rec: Recorder) -> dict:
 
 
 def ddp_step(rec: Recorder) -> dict:
-    from benchmarks.ddp_step_time import measure
+    from gpulab.distributed.ddp import step_time
     from gpulab.experiment import Recipe
 
     recipe, rows = Recipe(epochs=rec.cfg["epochs"] + 5), []
@@ -283,7 +283,7 @@ def ddp_step(rec: Recorder) -> dict:
             if backend == "nccl" and rec.device.type != "cuda":
                 rows.append({"ranks": 1, "backend": "nccl", "note": "skipped: nccl needs a CUDA device"})
                 continue
-            rows.append({**measure(1, recipe, warmup=5, backend=backend, timeout=120),
+            rows.append({**step_time(1, recipe, warmup=5, backend=backend, timeout=120),
                          "threads": os.environ["OMP_NUM_THREADS"], "note": ""})
     finally:
         if before is None:

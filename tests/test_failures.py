@@ -19,7 +19,6 @@ from gpulab.distributed import failures, failures_worker
 from gpulab.distributed.launch_result import LaunchError, LaunchResult
 from gpulab.distributed.processes import leftover_processes, stop_processes
 from gpulab.distributed.rendezvous import port_free
-from gpulab.exercises.failures import DIAGNOSIS, LOGS, check_diagnosis
 from gpulab.exercises.quiz import check
 
 TIMEOUT = 90.0  # generous for a loaded 2-core machine; a launch here takes a few seconds
@@ -55,6 +54,34 @@ def test_the_messages_name_what_differs(runs):
     assert "spare_head.weight" in result["unused"].detail and "spare_head.bias" in result["unused"].detail
     assert re.search(r"Ranks? 1 failed to pass monitoredBarrier in 2000 ms", result["missing"].error)
     assert result["missing"].failed_rank == 0  # the rank that waited at the barrier reports it
+
+
+def test_uneven_inputs_one_rank_goes_on_the_other_times_out_and_join_fixes_it(runs):
+    got = runs[0]["uneven"]
+    assert list(got.said("no error")) == [0] and "2 batches are done" in got.said("no error")[0]
+    assert list(got.said("error")) == [1] and "Timed out waiting 2000ms" in got.said("error")[1]
+    fixed = got.said("fixed")
+    assert sorted(fixed) == [0, 1]
+    counts = {rank: re.search(r"(\d+) batches, (\d+) gradient all-reduces: (\d+) with its own gradients, (\d+) of zeros",
+                              said).groups() for rank, said in fixed.items()}
+    assert counts == {0: ("2", "3", "2", "1"), 1: ("3", "3", "3", "0")}  # rank 0 shadows rank 1's extra batch
+    assert all(said.endswith("same model on every rank: True") for said in fixed.values())
+
+
+def test_default_timeouts_come_from_torch():
+    import torch.distributed as dist
+    from torch.distributed import constants
+
+    said = failures.default_timeouts()
+    assert said["gloo"] == constants.default_pg_timeout and said["gloo"].total_seconds() > 0
+    assert said["nccl"] == constants.default_pg_nccl_timeout
+    if not dist.is_nccl_available():
+        assert said["nccl"] is None  # torch built without NCCL: the nccl default lives only in its C++ code
+    assert said["documented"].startswith("Default value is") and "NCCL" in said["documented"]
+
+
+def test_the_worker_runs_every_launched_case():
+    assert set(failures_worker.CASES) == set(failures.LAUNCHED)
 
 
 def test_the_fixes_give_the_right_numbers(runs):
@@ -111,6 +138,7 @@ def test_parsing_a_fake_launch():
 
     got = failures.reproduce(["loss"], launch=fake_launch)["loss"]
     assert (got.error, got.fixed, got.seconds, len(got.lines)) == ("rank 0 only: 1.5", "a", 0.25, 4)
+    assert got.said("fixed") == {0: "a", 1: "b"} and got.said("seconds") == {0: "0.25"} and got.said("nope") == {}
 
     def no_error(*args, **kwargs):
         return LaunchResult(0, [], 1.0)
@@ -125,21 +153,9 @@ def test_parsing_a_fake_launch():
         failures.reproduce(["loss"], launch=fails)
 
 
-def test_diagnosis_check_right_and_wrong():
-    assert check_diagnosis(dict(DIAGNOSIS)).ok
-    assert set(DIAGNOSIS) == set(LOGS) and set(DIAGNOSIS.values()) <= set(failures.BY_NAME)
-    swapped = {**DIAGNOSIS, "B": "mismatch", "F": "shapes"}
-    said = check_diagnosis(swapped)
-    assert not said.ok and "6 of 8 right" in said.message and "log B" in said.message and "shapes" in said.message
-    assert "not answered" in check_diagnosis({"A": "missing"}).message
-    assert "is not a cause" in check_diagnosis({**DIAGNOSIS, "C": "firewall"}).message
-    assert "no log 'Z'" in check_diagnosis({**DIAGNOSIS, "Z": "port"}).message
-    assert "dict" in check_diagnosis("port").message
-
-
 def test_quiz_questions():
     assert check("10", 1, "a").ok and not check("10", 1, "c").ok
-    assert check("10", 2, "b").ok and not check("10", 2, "a").ok
+    assert check("10", 2, "b").ok and not check("10", 2, "a").ok and not check("10", 2, "c").ok
     assert check("10", 3, 1.0).ok and check("10", 3, "1").ok
     assert "rank 0's own mean" in check("10", 3, 0.5).message
     assert not check("10", 3, 64).ok and not check("10", 3, "lots").ok

@@ -7,6 +7,7 @@ running the command), ``launch_result`` (results and errors), ``rank_io`` (a wor
 ``ddp_worker`` (the DDP rank program), ``fsdp_worker`` and ``fsdp`` (FSDP2 on CPU ranks: the rank program and
 ``train_fsdp``), ``collectives_worker``, ``ddp_profile`` and ``collectives`` (what each collective does and
 costs, DDP's all-reduces under the profiler: the rank program, its DDP part and ``run_collectives``), ``cost``
-(busbw, the alpha + beta fit, DDP's buckets), ``failures_worker`` and ``failures`` (notebook 10's failures,
-reproduced on purpose), ``checkpoint`` (epoch checkpoints) and ``loopback`` (the pre-class rendezvous check).
+(busbw, the alpha + beta fit, DDP's buckets), ``failures_worker``, ``failures_ddp`` and ``failures`` (notebook
+10's failures, reproduced on purpose: the rank program, its DDP cases and ``reproduce``), ``checkpoint`` (epoch
+checkpoints) and ``loopback`` (the pre-class rendezvous check).
 """

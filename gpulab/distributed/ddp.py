@@ -110,3 +110,20 @@ def train_ddp(
         state = torch.load(save, map_location="cpu", weights_only=True)
     return DDPResult(state, summary["metrics"], History(**summary["history"]), result.seconds, result.lines,
                      summary["world_size"], summary["backend"], summary)
+
+
+def step_time(nproc: int, recipe: Recipe, warmup: int, backend: str = "auto", timeout: float = 600.0) -> dict:
+    """One launch: its backend, rank 0's device, the median ms per optimizer step and the launch's wall seconds.
+
+    The step time is the median epoch time (the first ``warmup`` epochs left out) over the steps of an epoch.
+    """
+    import math
+    import statistics
+
+    from gpulab.experiment import setup
+
+    result = train_ddp(nproc, recipe, timeout=timeout, echo=False, backend=backend)
+    steps = math.ceil(len(setup(recipe).data.X_train) / recipe.batch_size)
+    epoch_s = statistics.median(result.history.seconds[warmup:] or result.history.seconds)
+    return {"ranks": nproc, "backend": result.backend, "device": result.summary.get("device", "?"),
+            "ms_per_step": 1000 * epoch_s / steps, "launch_s": result.seconds}

@@ -44,11 +44,14 @@ CASES: tuple[Failure, ...] = (
     Failure("timeout", "the same mismatch without DETAIL: nothing checks it, the ranks wait until the timeout",
             "give every group a timeout; rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to see why",
             "Timed out waiting"),
-    Failure("missing", "one rank never reaches the barrier, so all the others wait for it",
+    Failure("missing", "one rank never reaches the barrier, so the others wait for it until the timeout",
             "find what that rank is stuck in; give collectives a timeout", "failed to pass monitoredBarrier"),
-    Failure("unused", "a parameter takes no part in the loss, so DDP waits for its gradient forever",
-            "remove the parameter, or DDP(model, find_unused_parameters=True)",
+    Failure("unused", "a parameter takes no part in the loss: its gradient never comes, the step's reduction never "
+            "ends, and the next step raises", "remove the parameter, or DDP(model, find_unused_parameters=True)",
             "Expected to have finished reduction in the prior iteration"),
+    Failure("uneven", "ranks have different numbers of batches: one finishes and goes on, another waits in the "
+            "all-reduce of its extra batch", "wrap the training loop in `with Join([ddp_model]):`, or give every "
+            "rank the same number of batches", "Timed out waiting"),
     Failure("sampler", "DistributedSampler without set_epoch: the same order every epoch",
             "call sampler.set_epoch(epoch) at the start of every epoch", "the same order every epoch",
             launched=False),
@@ -81,6 +84,15 @@ class Reproduced:
     seconds: float = float("nan")
     startup: float = float("nan")  # only for "launch": seconds until the ranks printed their first case
     lines: list[str] = field(default_factory=list)  # everything the case printed, every rank
+
+    def said(self, what: str) -> dict[int, str]:
+        """What each rank printed as ``case NAME WHAT: ...`` (``"fixed"``, ``"error"``, ``"no error"``), by rank."""
+        out = {}
+        for line in self.lines:
+            m = CASE_LINE.match(RANK_PREFIX.sub("", line))
+            if m and m.group(2) == what and line_rank(line) is not None:
+                out[line_rank(line)] = m.group(3)
+        return dict(sorted(out.items()))
 
     def text(self, width: int = 110) -> str:
         """The error, what differs and the fix, wrapped to ``width`` columns for reading."""
@@ -209,3 +221,19 @@ def sampler_orders(n: int = 12, epochs: int = 3, *, set_epoch: bool, num_replica
             sampler.set_epoch(epoch)
         orders.append(list(sampler))
     return orders
+
+
+def default_timeouts() -> dict[str, object]:
+    """How long a collective waits by default, as this torch says it: ``torch.distributed.constants`` and the docs.
+
+    ``"gloo"``: ``default_pg_timeout`` (every backend but nccl); ``"nccl"``: ``default_pg_nccl_timeout``, None
+    in a torch built without NCCL; ``"documented"``: the sentence of ``init_process_group``'s docstring.
+    """
+    import torch.distributed as dist
+    from torch.distributed import constants
+
+    doc = " ".join((dist.init_process_group.__doc__ or "").split())
+    said = re.search(r"Default value is [^.]*\.", doc)
+    return {"gloo": constants.default_pg_timeout, "nccl": constants.default_pg_nccl_timeout,
+            "documented": said.group(0) if said else ""}
+

@@ -7,6 +7,7 @@ is caught and printed (``case NAME error: <the exception's first line>``), then 
 (``case NAME fixed: ...``). A mistake that leaves the group unusable (``missing``: a rank that never
 reaches the barrier) is not caught: it ends the launch, and the launcher's ``LaunchError`` carries
 the failing rank's last lines. Every collective has a short timeout (``--pg-timeout``).
+The DDP cases (``unused``, ``uneven``) live in ``gpulab.distributed.failures_ddp``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from gpulab.distributed.failures_ddp import short_group, uneven, unused
 from gpulab.distributed.rank_io import exit_worker, prefix_output, run_in_group
 
 FATAL = ("missing",)  # ends the launch: must come last
@@ -85,39 +87,6 @@ def shapes(rank: int, world: int, args: argparse.Namespace, group=None) -> tuple
     return broken, fixed
 
 
-class TwoHeads(nn.Module):
-    """A body with two heads; ``forward`` uses only the first head, so the second gets no gradient."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.body, self.head, self.spare_head = nn.Linear(4, 8), nn.Linear(8, 1), nn.Linear(8, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.body(x)))
-
-
-def unused(rank: int, world: int, args: argparse.Namespace) -> tuple[Callable, Callable]:
-    """DDP over a model with a parameter its forward never uses; fixed: ``find_unused_parameters=True``."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    def steps(model: nn.Module, n: int = 2) -> None:
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        for _ in range(n):
-            optimizer.zero_grad()
-            model(torch.randn(8, 4)).pow(2).mean().backward()
-            optimizer.step()
-
-    def broken() -> None:
-        torch.manual_seed(0)
-        steps(DDP(TwoHeads()))
-
-    def fixed() -> str:
-        torch.manual_seed(0)
-        steps(DDP(TwoHeads(), find_unused_parameters=True))
-        return "find_unused_parameters=True: 2 steps done (the cleaner fix: delete spare_head)"
-    return broken, fixed
-
-
 def loss(rank: int, world: int, args: argparse.Namespace) -> tuple[Callable, Callable]:
     """Each rank's loss on its own shard: rank 0's alone is not the loss of the batch; all-reduced it is."""
     torch.manual_seed(0)
@@ -139,18 +108,13 @@ def loss(rank: int, world: int, args: argparse.Namespace) -> tuple[Callable, Cal
 
 
 def timeout(rank: int, world: int, args: argparse.Namespace) -> tuple[Callable, Callable]:
-    """The mismatch of ``mismatch`` without DETAIL, in a group with a short timeout: the ranks wait, then fail.
-
-    A timed-out gloo group is broken for good, so the fix runs in a new group.
-    """
-    def group() -> dist.ProcessGroup:
-        return dist.new_group(timeout=datetime.timedelta(seconds=args.short_timeout))  # every rank creates it
-
+    """The mismatch of ``mismatch`` without DETAIL, in a group with a short timeout: the ranks wait, then fail."""
     def broken() -> None:
-        mismatch(rank, world, args, group())[0]()
+        mismatch(rank, world, args, short_group(args))[0]()
 
     def fixed() -> str:
-        return mismatch(rank, world, args, group())[1]() + f", in a group whose timeout is {args.short_timeout:g} s"
+        said = mismatch(rank, world, args, short_group(args))[1]()
+        return f"{said}, in a group whose timeout is {args.short_timeout:g} s"
     return broken, fixed
 
 
@@ -172,8 +136,8 @@ def missing(rank: int, world: int, args: argparse.Namespace) -> tuple[Callable, 
     return broken, fixed
 
 
-CASES: dict[str, Callable] = {"mismatch": mismatch, "shapes": shapes, "unused": unused, "loss": loss,
-                              "missing": missing, "timeout": timeout}
+CASES: dict[str, Callable] = {"mismatch": mismatch, "shapes": shapes, "unused": unused, "uneven": uneven,
+                              "loss": loss, "missing": missing, "timeout": timeout}
 
 
 def detail_group() -> dist.ProcessGroup:
@@ -205,8 +169,8 @@ def run_cases(names: Sequence[str], args: argparse.Namespace) -> None:
             broken()  # raises on the rank that waits; the launch ends here
             continue
         try:
-            broken()
-            say(name, "no error", "the mistake ran without an exception")
+            said = broken()
+            say(name, "no error", said or "the mistake ran without an exception")
         except Exception as exc:  # the real message, first line
             report_error(name, exc)
         dist.barrier()  # both ranks are past the mistake before the fix starts
@@ -219,7 +183,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="gpulab.distributed.failures_worker", description=__doc__.splitlines()[0])
     p.add_argument("--case", action="append", choices=sorted(CASES), required=True, help="repeat to run several")
     p.add_argument("--pg-timeout", type=float, default=30.0, help="seconds any collective may wait")
-    p.add_argument("--short-timeout", type=float, default=2.0, help="the timeout of the timeout case's group")
+    p.add_argument("--short-timeout", type=float, default=2.0, help="the group timeout of cases timeout and uneven")
     p.add_argument("--barrier-timeout", type=float, default=2.0, help="seconds monitored_barrier waits")
     args = p.parse_args(argv)
     fatal = [c for c in args.case if c in FATAL]
