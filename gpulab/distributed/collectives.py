@@ -5,6 +5,7 @@
     result.semantics[2]["all_reduce"]   # {'before': [20, 21, 22, 23], 'after': [60, 64, 68, 72]}
     result.sweep                        # rows: collective, bytes, seconds, algbw, busbw (bytes/s)
     result.ddp                          # rank 0's DDP report (gpulab.distributed.ddp_profile)
+    result.fsdp                         # rank 0's FSDP2 collectives per step (parts including "fsdp")
 
 A sweep row's time is, for each repeat, the slowest rank's (a collective ends when its last rank
 is done), then the median over repeats.
@@ -13,6 +14,7 @@ is done), then the median over repeats.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import tempfile
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from typing import Callable, Sequence
 
 from gpulab.distributed.cost import COLLECTIVES, AlphaBeta, algbw, busbw, check_collective, check_ranks, fit_alpha_beta
 
-PARTS = ("semantics", "sweep", "ddp")
+PARTS = ("semantics", "sweep", "ddp", "fsdp")
 DEFAULT_SIZES = tuple(2**k for k in range(10, 25, 2))  # 1 KiB .. 16 MiB, x4 apart
 
 
@@ -38,6 +40,8 @@ class CollectivesResult:
     seconds: float
     cpu_count: int | None
     no_sync_weights: dict | None = None  # rank 0's weights after the no_sync accumulation run
+    fsdp: dict | None = None  # rank 0's FSDP2 report (collectives_worker.fsdp_traffic)
+    reduce_scatter_ops: list | None = None  # rank 0's operations of one reduce_scatter (with "semantics")
 
 
 def check_sizes(sizes: Sequence[int], nproc: int) -> list[int]:
@@ -117,12 +121,11 @@ def prediction_rows(result: "CollectivesResult", fit: AlphaBeta) -> list[dict]:
     """For each model of the DDP ``predict`` part: the all-reduce time per step predicted from ``fit``
     (one ``alpha + beta x bytes`` per bucket ``ddp_buckets`` predicts), measured alone and inside the step,
     and the errors (%)."""
-    from gpulab.distributed.cost import ddp_buckets, gradient_bytes, predict_allreduce_seconds
-    from gpulab.distributed.ddp_profile import build
+    from gpulab.distributed.cost import predict_allreduce_seconds
 
     rows = []
     for row in ddp_rows(result, "predict"):
-        buckets = ddp_buckets(gradient_bytes(build(row["model"]))[::-1])
+        buckets = _predicted_buckets(row["model"])
         predicted = predict_allreduce_seconds(buckets, fit)
         alone, in_step = row["alone_s_per_step"], row["after_arrival_s_per_step"]
         rows.append({"model": row["model"], "gradient_bytes": row["gradient_bytes"], "buckets": len(buckets),
@@ -131,6 +134,52 @@ def prediction_rows(result: "CollectivesResult", fit: AlphaBeta) -> list[dict]:
                      "error_vs_alone_%": 100 * (predicted - alone) / alone,
                      "error_vs_in_step_%": 100 * (predicted - in_step) / in_step})
     return rows
+
+
+def bucket_sweep_rows(result: "CollectivesResult", fit: AlphaBeta) -> list[dict]:
+    """Each bucket of the DDP ``predict`` part next to the sweep's all_reduce at the nearest size it measured:
+    the measured time there, the fit there, and the fit at the bucket's own size."""
+    sweep = [r for r in result.sweep if r["collective"] == "all_reduce"]
+    if not sweep:
+        raise ValueError("this result has no all_reduce sweep: launch with parts including 'sweep'")
+    rows = []
+    for row in result.ddp["predict"]:
+        for b in row["bucket_sizes"] or _predicted_buckets(row["model"]):
+            near = min(sweep, key=lambda r: abs(math.log(r["bytes"] / b)))
+            rows.append({"model": row["model"], "bucket_bytes": b, "sweep_bytes": near["bytes"],
+                         "sweep_ms": near["seconds"] * 1e3, "fit_at_sweep_ms": fit.seconds(near["bytes"]) * 1e3,
+                         "fit_at_bucket_ms": fit.seconds(b) * 1e3})
+    return rows
+
+
+def traffic_rows(result: "CollectivesResult", model: str = "net1") -> list[dict]:
+    """Bytes each rank sent in one training step of ``model``, DDP and FSDP2: counted from the run's
+    collectives (sizes x the ring's factor) and predicted by ``cost.bytes_sent_per_step``."""
+    from gpulab.distributed.cost import bytes_sent_per_step, fsdp_padded_bytes, ring_bytes_sent
+
+    if result.ddp is None or result.fsdp is None:
+        raise ValueError("traffic_rows needs a launch with parts including 'ddp' and 'fsdp'")
+    n, f = result.ranks, result.fsdp
+    ddp = next(r for r in result.ddp["predict"] if r["model"] == model)
+    buckets = ddp["bucket_sizes"] or _predicted_buckets(model)
+    padded = fsdp_padded_bytes(f["shapes"], n, f["element_size"])
+    calls, sizes = f["calls_per_step"], f["bytes_per_step"]
+    return [{"strategy": "DDP", "all_reduces": ddp["calls_per_step"], "all_gathers": 0, "reduce_scatters": 0,
+             "collective_bytes": sum(buckets), "sent_counted": sum(ring_bytes_sent("all_reduce", b, n) for b in buckets),
+             "sent_predicted": bytes_sent_per_step("ddp", ddp["gradient_bytes"], n),
+             "sent_predicted_padded": bytes_sent_per_step("ddp", ddp["gradient_bytes"], n)},
+            {"strategy": "FSDP2", "all_reduces": 0, "all_gathers": calls["all_gather"],
+             "reduce_scatters": calls["reduce_scatter"], "collective_bytes": sum(sizes.values()),
+             "sent_counted": sum(ring_bytes_sent(c, b, n) for c, b in sizes.items()),
+             "sent_predicted": bytes_sent_per_step("fsdp", f["gradient_bytes"], n),
+             "sent_predicted_padded": bytes_sent_per_step("fsdp", padded, n)}]
+
+
+def _predicted_buckets(model: str) -> list[int]:
+    from gpulab.distributed.cost import ddp_buckets, gradient_bytes
+    from gpulab.distributed.ddp_profile import build
+
+    return ddp_buckets(gradient_bytes(build(model))[::-1])
 
 
 def semantics_table(semantics: Sequence[dict], collective: str) -> str:
@@ -190,7 +239,8 @@ def run_collectives(nproc: int, parts: Sequence[str] = ("semantics", "sweep"), *
         ranks=nproc, semantics=[r["semantics"] for r in ranks] if "semantics" in parts else None,
         sweep=sweep_rows([r["sweep"] for r in ranks], nproc) if "sweep" in parts else [],
         ddp=ddp[0] if ddp else None, ddp_per_rank=ddp, lines=result.lines, seconds=result.seconds,
-        cpu_count=ranks[0].get("cpu_count"), no_sync_weights=weights)
+        cpu_count=ranks[0].get("cpu_count"), no_sync_weights=weights, fsdp=ranks[0].get("fsdp"),
+        reduce_scatter_ops=ranks[0].get("reduce_scatter_ops"))
 
 
 def torch_load(path: Path) -> dict:

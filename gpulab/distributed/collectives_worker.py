@@ -10,7 +10,11 @@ Parts (any of them, in this order, in one launch):
   tensor before and after each;
 - ``sweep``: times each of ``--collectives`` at each of ``--sizes`` bytes (float32; sizes as nccl-tests
   count them), ``--repeats`` times after one warm-up call, with a barrier before each call;
-- ``ddp``: profiled DDP training steps (``gpulab.distributed.ddp_profile``), gloo only.
+- ``ddp``: profiled DDP training steps (``gpulab.distributed.ddp_profile``), gloo only;
+- ``fsdp``: profiled FSDP2 training steps of Net1, each layer its own unit: the all-gathers and
+  reduce-scatters of a step and their sizes (``fsdp_traffic``), gloo only.
+
+``semantics`` also profiles one reduce_scatter and records the operations it ran (``reduce_scatter_ops``).
 
 Each rank writes ``DIR/rank<N>.json``; ``gpulab.distributed.collectives.run_collectives`` reads them.
 """
@@ -18,6 +22,7 @@ Each rank writes ``DIR/rank<N>.json``; ``gpulab.distributed.collectives.run_coll
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -32,7 +37,10 @@ from gpulab.distributed.cost import COLLECTIVES
 from gpulab.distributed.ddp_profile import DDP_PARTS
 from gpulab.distributed.rank_io import exit_worker, prefix_output, run_in_group
 
-PARTS = ("semantics", "sweep", "ddp")
+PARTS = ("semantics", "sweep", "ddp", "fsdp")
+# FSDP2's collectives in the profiler -> (collective, which recorded tensor is its nccl-tests size)
+FSDP_CALLS = {"c10d::_allgather_base_": ("all_gather", 0), "c10d::_reduce_scatter_base_": ("reduce_scatter", 1)}
+SHOWN_OPS = ("c10d::", "gloo:", "nccl:", "aten::copy_")
 # torch 2.13 renamed reduce_scatter_tensor / all_gather_into_tensor (the old names warn); older versions lack the new
 reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -64,6 +72,54 @@ def semantics(rank: int, world: int, device: torch.device) -> dict:
     all_gather_single(gathered, piece)
     out["all_gather"] = {"before": _numbers(piece), "after": _numbers(gathered)}
     return out
+
+
+def reduce_scatter_ops(world: int, device: torch.device, numel: int = 1024) -> list[list]:
+    """[name, first recorded shape] of the operations one reduce_scatter runs on this rank, in order.
+
+    The input has ``numel`` x ``world`` float32 elements. Only collectives and copies are kept.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    inp, out = torch.ones(numel * world, device=device), torch.empty(numel, device=device)
+    reduce_scatter_single(out, inp)  # warm-up
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        reduce_scatter_single(out, inp)
+        _sync(device)
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    return [[e.name, list(e.input_shapes[0]) if e.input_shapes else []] for e in events if e.name.startswith(SHOWN_OPS)]
+
+
+def fsdp_traffic(rank: int, world: int, steps: int) -> dict:
+    """FSDP2 on Net1 with each layer its own unit: its collectives per step and their bytes (nccl-tests sizes)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.profiler import ProfilerActivity, profile
+
+    from gpulab.distributed.ddp_profile import LR, build, rows, train_step
+
+    model = build("net1")
+    shapes = [list(p.shape) for p in model.parameters()]
+    element = next(model.parameters()).element_size()
+    mesh = init_device_mesh("cpu", (world,))  # explicit: a machine with CUDA would pick the GPU
+    for layer in model.children():
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    X, y = rows("net1", rank)
+    train_step(model, opt, X, y)  # FSDP2 initialises itself in its first step
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(steps):
+            train_step(model, opt, X, y)
+    sizes: dict[str, list[int]] = {"all_gather": [], "reduce_scatter": []}
+    for e in prof.events():
+        if e.name in FSDP_CALLS:
+            name, which = FSDP_CALLS[e.name]
+            sizes[name].append(math.prod(e.input_shapes[which]) * element)
+    return {"units": [name for name, _ in model.named_children()], "steps": steps, "shapes": shapes,
+            "element_size": element, "gradient_bytes": sum(math.prod(s) for s in shapes) * element,
+            "calls_per_step": {k: len(v) / steps for k, v in sizes.items()},
+            "bytes_per_step": {k: sum(v) / steps for k, v in sizes.items()}}
 
 
 def buffers(collective: str, nbytes: int, world: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,6 +180,7 @@ def run(args: argparse.Namespace, rank: int, world: int) -> None:
     report: dict = {"rank": rank, "world_size": world, "backend": args.backend, "cpu_count": os.cpu_count()}
     if "semantics" in args.parts:
         report["semantics"] = semantics(rank, world, device)
+        report["reduce_scatter_ops"] = reduce_scatter_ops(world, device)
         print("semantics done", flush=True)
     if "sweep" in args.parts:
         report["sweep"] = sweep(args.collectives, args.sizes, args.repeats, world, device)
@@ -133,6 +190,9 @@ def run(args: argparse.Namespace, rank: int, world: int) -> None:
 
         report["ddp"] = ddp_report(rank, world, steps=args.steps, out=Path(args.out), parts=tuple(args.ddp_parts))
         print("ddp done", flush=True)
+    if "fsdp" in args.parts:
+        report["fsdp"] = fsdp_traffic(rank, world, steps=args.steps)
+        print("fsdp done", flush=True)
     write_json(Path(args.out) / f"rank{rank}.json", report)
 
 
@@ -170,8 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         sys.stderr.write("error: run me under torchrun (RANK and WORLD_SIZE are not set)\n")
         return 2
-    if args.backend == "nccl" and "ddp" in args.parts:
-        p.error("the ddp part profiles gloo's all-reduces: use --backend gloo")
+    if args.backend == "nccl" and ("ddp" in args.parts or "fsdp" in args.parts):
+        p.error("the ddp and fsdp parts train on the CPU: use --backend gloo")
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if args.backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

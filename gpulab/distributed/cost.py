@@ -7,6 +7,7 @@ Pure functions, no process group needed::
     fit = cost.fit_alpha_beta(sizes, seconds)        # t = alpha + beta * bytes
     cost.ddp_buckets(cost.gradient_bytes(model))     # bytes of each all-reduce DDP makes per step
     cost.predict_allreduce_seconds(buckets, fit)     # one step's all-reduce time, predicted
+    cost.bytes_sent_per_step("fsdp", nbytes, 8)      # bytes each rank sends in one step (ring algorithms)
     cost.best_rank_count(...)                        # beyond this many ranks a step stops getting faster
 
 Sizes follow nccl-tests (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md): the
@@ -16,13 +17,16 @@ busbw = algbw x a factor that makes ranks comparable with the hardware's link sp
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
 COLLECTIVES = ("broadcast", "all_reduce", "reduce_scatter", "all_gather")
+STRATEGIES = ("ddp", "fsdp")
 MIB = 2**20
-DEFAULT_BUCKET_MB = 25.0  # DDP's bucket_cap_mb default
-FIRST_BUCKET_MB = 1.0  # DDP's first bucket by default (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES is 1 MiB)
+# Fallbacks only, for a torch that lacks the names ddp_bucket_defaults reads (its docs give these values)
+DOCUMENTED_BUCKET_MB = 25.0
+DOCUMENTED_FIRST_BUCKET_MB = 1.0
 
 
 def check_ranks(ranks: object, what: str = "ranks") -> int:
@@ -104,21 +108,49 @@ def gradient_bytes(model) -> list[int]:
     return [p.numel() * p.element_size() for p in model.parameters() if p.requires_grad]
 
 
+def ddp_bucket_defaults() -> dict:
+    """DDP's default bucket caps in MiB, read from the installed torch, and where each came from.
+
+    ``bucket_cap_mb``: ``torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB`` (private); ``first_bucket_mb``:
+    ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`` (exported by ``torch.distributed``, underscored).
+    A name this torch lacks falls back to the documented value and says so in ``source``.
+    """
+    found: dict = {}
+    try:
+        import torch.distributed as dist
+        from torch.nn.parallel import distributed as ddp_module
+
+        found["bucket_cap_mb"] = float(getattr(ddp_module, "_DEFAULT_BUCKET_CAP_MB"))
+        found["first_bucket_mb"] = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES") / MIB
+    except (ImportError, AttributeError):
+        pass
+    read = {"bucket_cap_mb": "torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB",
+            "first_bucket_mb": "torch.distributed._DEFAULT_FIRST_BUCKET_BYTES / 2**20"}
+    documented = {"bucket_cap_mb": DOCUMENTED_BUCKET_MB, "first_bucket_mb": DOCUMENTED_FIRST_BUCKET_MB}
+    out = {k: found.get(k, v) for k, v in documented.items()}
+    out["source"] = {k: read[k] if k in found else "documented value (not found in this torch)" for k in documented}
+    return out
+
+
 def ddp_buckets(tensor_bytes: Sequence[int], bucket_cap_mb: float | None = None,
                 first_bucket_mb: float | None = None) -> list[int]:
-    """The bytes of each DDP bucket, i.e. of each all-reduce DDP issues in one step.
+    """The bytes of each DDP bucket once DDP has rebuilt its buckets, i.e. of each all-reduce of a later step.
 
-    DDP fills buckets with whole gradients in the order they become ready in backward (about the
-    reverse of ``model.parameters()``: pass ``gradient_bytes(model)[::-1]``) and closes a bucket as soon
-    as it holds at least its cap. ``bucket_cap_mb=None`` is DDP's default: 25 MiB with a first bucket of
+    torch 2.13's first step all-reduces every gradient in one bucket (without ``find_unused_parameters``);
+    before the second forward pass DDP rebuilds its buckets: whole gradients in the order they became
+    ready in backward (about the reverse of ``model.parameters()``: pass ``gradient_bytes(model)[::-1]``),
+    a bucket closed as soon as it holds at least its cap. ``bucket_cap_mb=None`` is DDP's default: 25 MiB with a first bucket of
     1 MiB; a cap you pass applies to the first bucket too in torch 2.13 (see
     :func:`explicit_cap_sets_first_bucket`) unless ``first_bucket_mb`` is given.
     """
-    cap_mb = DEFAULT_BUCKET_MB if bucket_cap_mb is None else check_positive(bucket_cap_mb, "bucket_cap_mb")
+    defaults = ddp_bucket_defaults()
+    cap_mb = defaults["bucket_cap_mb"] if bucket_cap_mb is None else check_positive(bucket_cap_mb, "bucket_cap_mb")
     if first_bucket_mb is not None:
         first_mb = check_positive(first_bucket_mb, "first_bucket_mb")
+    elif bucket_cap_mb is not None and explicit_cap_sets_first_bucket():
+        first_mb = cap_mb
     else:
-        first_mb = cap_mb if bucket_cap_mb is not None and explicit_cap_sets_first_bucket() else FIRST_BUCKET_MB
+        first_mb = defaults["first_bucket_mb"]
     cap, buckets, size = first_mb * MIB, [], 0
     for b in tensor_bytes:
         size += int(check_positive(b, "tensor bytes"))
@@ -186,3 +218,37 @@ def best_rank_count(compute_per_sample: float, batch: int, nbytes: float, alpha:
                        < step_seconds(n, compute_per_sample, batch, nbytes, alpha, beta)):
         n += 1
     return n
+
+
+def ring_bytes_sent(collective: str, nbytes: float, ranks: int) -> float:
+    """Bytes each rank sends in one ring ``collective`` of ``nbytes`` (nccl-tests' size): :func:`bus_factor` x bytes."""
+    return bus_factor(collective, ranks) * check_positive(nbytes, "nbytes")
+
+
+def bytes_sent_per_step(strategy: str, nbytes: float, ranks: int, regather: bool = True) -> float:
+    """Bytes each rank sends in one training step with ring collectives; ``nbytes``: the gradient bytes.
+
+    ``ddp``: all-reduces of every gradient, 2(n-1)/n x nbytes. ``fsdp``: an all-gather of every parameter
+    before forward, another before backward when ``regather`` (FSDP2's default for every unit but the
+    root), and a reduce-scatter of every gradient, (n-1)/n x nbytes each: 3(n-1)/n x nbytes.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
+    if strategy == "ddp":
+        return ring_bytes_sent("all_reduce", nbytes, ranks)
+    gathers = 2 if regather else 1
+    return gathers * ring_bytes_sent("all_gather", nbytes, ranks) + ring_bytes_sent("reduce_scatter", nbytes, ranks)
+
+
+def fsdp_padded_bytes(shapes: Sequence[Sequence[int]], ranks: int, element_size: int = 4) -> int:
+    """Bytes FSDP2 gathers for parameters of ``shapes``: dim 0 padded up to a multiple of ``ranks``.
+
+    FSDP2 gives every rank an equal shard (``_get_dim0_padded_size`` in torch's ``_fsdp_common.py``).
+    """
+    n = check_ranks(ranks)
+    total = 0
+    for shape in shapes:
+        dims = [int(d) for d in shape] or [1]  # a 0-d parameter is one element
+        padded = -(-dims[0] // n) * n  # dim 0 rounded up to a multiple of n
+        total += padded * math.prod(dims[1:])
+    return total * check_ranks(element_size, "element_size")

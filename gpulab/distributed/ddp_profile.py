@@ -4,7 +4,8 @@ Run inside a process group (``gpulab.distributed.collectives_worker --parts ddp`
 returns, as JSON-ready dicts:
 
 - ``predict``: Net1 and a larger MLP under DDP's default buckets: gradient bytes, bucket sizes, the
-  all-reduce calls and seconds per step counted from the profiler's ``gloo:all_reduce`` events, and the
+  all-reduce calls of the first step and, after DDP rebuilt its buckets, the calls and seconds per step
+  counted from the profiler's ``gloo:all_reduce`` events, and the
   seconds to all-reduce the same buckets alone, after a barrier, outside any training step;
 - ``buckets``: a deep MLP with several ``bucket_cap_mb`` values: all-reduce calls per step;
 - ``accumulate``: ``ACCUMULATE`` micro-batches per optimizer step, with ``no_sync()`` on all but the
@@ -34,6 +35,8 @@ ACCUMULATE = 4
 LR = 0.01
 ALL_REDUCE = re.compile(r"^(gloo|nccl):all_reduce$")
 STEP_MARK = "gpulab_train_step"
+FIRST_MARK = "gpulab_first_step"
+DIVIDE = "torch::distributed::reducer::mul_out"  # the reducer's gradient x (1 / world size) into its bucket
 
 
 def build(name: str, seed: int = 0) -> nn.Module:
@@ -68,21 +71,28 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, X: torch.Tensor, y:
 
 
 def profile_steps(model: nn.Module, opt, X, y, steps: int, warmup: int = 1, **step_args) -> dict:
-    """Run ``warmup`` steps, then profile ``steps`` more: all-reduce calls and seconds per step."""
-    for _ in range(warmup):  # DDP re-buckets after its first step: profile the steps after it
-        train_step(model, opt, X, y, **step_args)
+    """Profile ``warmup`` steps, then ``steps`` more: all-reduce calls of the first step, calls and seconds per
+    later step, and how many times per later step DDP's reducer scaled a gradient (``DIVIDE``)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(warmup):  # DDP rebuilds its buckets after its first step: time the steps after it
+            with record_function(FIRST_MARK):
+                train_step(model, opt, X, y, **step_args)
         t0 = time.perf_counter()
         for _ in range(steps):
             with record_function(STEP_MARK):
                 train_step(model, opt, X, y, **step_args)
         wall = time.perf_counter() - t0
     events = list(prof.events())
-    calls = sorted((e for e in events if ALL_REDUCE.match(e.name)), key=lambda e: e.time_range.start)
+    first_end = max((e.time_range.end for e in events if e.name == FIRST_MARK), default=float("-inf"))
+    every = sorted((e for e in events if ALL_REDUCE.match(e.name)), key=lambda e: e.time_range.start)
+    calls = [e for e in every if e.time_range.start > first_end]
+    divides = sum(e.name == DIVIDE and e.time_range.start > first_end for e in events)
     origin = trace_start_us(prof)
-    return {"calls_per_step": len(calls) / steps, "allreduce_s_per_step": sum(e.cpu_time_total for e in calls) / 1e6 / steps,
+    return {"first_step_calls": (len(every) - len(calls)) / warmup if warmup else None,
+            "calls_per_step": len(calls) / steps, "divides_per_step": divides / steps,
+            "allreduce_s_per_step": sum(e.cpu_time_total for e in calls) / 1e6 / steps,
             "step_s": wall / steps, "calls_us": None if origin is None else
             [[origin + e.time_range.start, origin + e.time_range.end] for e in calls],
             "timeline": first_step_timeline(events, calls)}
