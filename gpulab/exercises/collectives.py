@@ -5,6 +5,7 @@ Every expected value is computed with ``gpulab.distributed.cost``, the same func
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpulab.distributed import cost
@@ -56,33 +57,86 @@ def _whole(answer: object) -> int | None:
     return answer if isinstance(answer, int) and not isinstance(answer, bool) else None
 
 
-def check_rank_limit(answer: object, scenario: RankScenario) -> Feedback:
-    """Is ``answer`` the rank count beyond which ``scenario``'s step time stops falling?"""
+#: Rank counts at which the check calls the learner's ``step_seconds`` (the notebook prints none of its values)
+PROBE_RANKS = (1, 2, 3, 5, 8, 13, 24, 37, 64, 100, 181, 256)
+
+
+def _terms(scenario: RankScenario, n: int) -> tuple[float, float, float]:
+    """(compute, ring latency, ring bandwidth) seconds of the model at ``n`` ranks."""
+    compute = scenario.compute_per_sample * scenario.batch / n
+    latency = 2 * (n - 1) * scenario.alpha
+    return compute, latency, cost.ring_allreduce_seconds(scenario.nbytes, n, 0.0, scenario.beta)
+
+
+def _diagnose(value: float, scenario: RankScenario, n: int) -> str:
+    """What the learner's ``value`` at ``n`` ranks seems to get wrong, in words, without the model's value."""
+    c, lat, bw = _terms(scenario, n)
+    mistakes = (
+        (1000 * (c + lat + bw), "it looks like milliseconds: return seconds"),
+        (c + bw, "the latency term 2 (n - 1) x alpha seems missing"),
+        (c + lat / 2 + bw, "the latency term needs 2 (n - 1) ring steps: n - 1 to reduce-scatter, n - 1 to all-gather"),
+        (c + lat, "the bandwidth term 2 (n - 1) / n x nbytes x beta seems missing"),
+        (c + lat + bw * n, "the bandwidth term is 2 (n - 1) / n x nbytes x beta: divide by n"),
+        (c + lat + bw / 2, "the bandwidth term needs the factor 2: each half of the ring moves (n - 1) / n of the bytes"),
+        (lat + bw, "the compute term compute_per_sample x batch / n seems missing"),
+        (c * n + lat + bw, "the compute is not split: each rank computes batch / n samples"),
+        (c, "the all-reduce is missing: add its latency and bandwidth terms"),
+    )
+    for guess, why in mistakes:
+        if math.isclose(value, guess, rel_tol=1e-6):
+            return why
+    return "compare each term with the formula: compute_per_sample x batch / n, 2 (n - 1) x alpha, 2 (n - 1) / n x nbytes x beta"
+
+
+def check_step_seconds(step_seconds: object, scenario: RankScenario) -> Feedback:
+    """Does the learner's ``step_seconds(ranks)`` give the scenario's model at rank counts the notebook never shows?"""
+    if not callable(step_seconds):
+        return wrong(f"define step_seconds(ranks) as a function, got {step_seconds!r}")
+    top = min(scenario.max_ranks, scenario.batch)
+    probes = [n for n in PROBE_RANKS if n <= top] + ([top] if top not in PROBE_RANKS else [])
+    for n in probes:
+        try:
+            raw = step_seconds(n)
+        except Exception as error:  # the learner's code: report, never raise
+            return wrong(f"step_seconds({n}) raised {type(error).__name__}: {error}")
+        value = None if isinstance(raw, str) else as_number(raw)
+        if value is None:
+            return wrong(f"step_seconds({n}) must return a number of seconds, got {raw!r}")
+        if not math.isclose(value, scenario.step_seconds(n), rel_tol=1e-6, abs_tol=1e-15):
+            return wrong(f"step_seconds({n}) does not match the model: {_diagnose(value, scenario, n)}")
+    return correct(f"step_seconds matches the model at {len(probes)} rank counts from 1 to {top}")
+
+
+def check_rank_limit(answer: object, scenario: RankScenario, step_seconds: object = None) -> Feedback:
+    """Are the learner's ``step_seconds`` the scenario's model and ``answer`` the count beyond which it stops falling?
+
+    The feedback never states a step time or which side of the right count a wrong answer lies on.
+    """
+    model = check_step_seconds(step_seconds, scenario)
+    if not model.ok:
+        return model
     n = _whole(answer)
     if n is None:
-        return wrong(f"answer with a whole number of ranks, got {answer!r}")
+        return wrong(f"step_seconds is right; now answer with a whole number of ranks, got {answer!r}")
     top = min(scenario.max_ranks, scenario.batch)
     if not 1 <= n <= top:
         return wrong(f"{n} ranks is outside the counts tried here, 1 to {top}")
-    right = scenario.answer()
-    ms = lambda ranks: f"{scenario.step_seconds(ranks) * 1e3:.4g} ms"  # noqa: E731
-    if n == right:
-        after = f"; with {n + 1} it would take {ms(n + 1)}" if n < top else " (the largest count tried)"
-        return correct(f"{n} ranks: a step takes {ms(n)}{after}. Beyond that, each rank saves less compute "
-                       "than the ring's extra latency (2 x alpha per rank) costs")
+    if n == scenario.answer():
+        if n == top:
+            return correct("the step keeps getting faster up to the largest count tried here: the compute each rank "
+                           "saves still costs more than the two ring steps of latency (2 x alpha) it adds")
+        fewer = "a second rank would make a step slower" if n == 1 else \
+            "one rank fewer would make a step slower, and so would one more"
+        return correct(f"{fewer}. From this count on, each extra rank adds two ring steps of latency (2 x alpha) and "
+                       "a little bandwidth time, which cost more than the compute it saves")
     if n == top:
-        return wrong(f"the step stops getting faster long before {top} ranks: each extra rank adds two ring "
-                     "steps of latency (alpha) to the all-reduce, while the compute it saves keeps shrinking")
-    if n == scenario.answer(beta=0.0) and n != right:
+        return wrong(f"the step stops getting faster long before {top} ranks: each extra rank adds two ring steps "
+                     "of latency (alpha) to the all-reduce, while the compute it saves keeps shrinking")
+    if n == scenario.answer(beta=0.0):
         return wrong("that leaves out the bandwidth term 2(n-1)/n x bytes x beta of the all-reduce")
-    if n == right + 1:
-        return wrong(f"with {n} ranks a step ({ms(n)}) is already slower than with {n - 1} ({ms(n - 1)}): "
-                     "give the last count that still helps")
-    if n < right:
-        return wrong(f"one more rank still helps: {n} rank(s) take {ms(n)}, {n + 1} take {ms(n + 1)}")
-    return wrong(f"{n} ranks take {ms(n)}, slower than {n - 1} ranks ({ms(n - 1)}): compute step_seconds(n) for "
-                 "n = 1, 2, 3, ... and stop where it no longer falls")
-
+    return wrong(f"your step_seconds is right, but {n} is not where it stops falling: the answer is the n with "
+                 "step_seconds(n) < step_seconds(n - 1) (or n = 1) and step_seconds(n + 1) >= step_seconds(n). "
+                 "Start at n = 1 and add a rank while step_seconds(n + 1) < step_seconds(n)")
 
 
 def _busbw_question(answer: object) -> Feedback:
@@ -114,26 +168,32 @@ def _accumulation_question(answer: object) -> Feedback:
     if value == micro * buckets:
         return wrong(f"{micro * buckets} = {micro} x {buckets} is what it costs without no_sync()")
     if value == 1:
-        return wrong("DDP all-reduces bucket by bucket, not the whole gradient at once")
+        return wrong("once it has rebuilt its buckets, DDP all-reduces bucket by bucket, not the whole gradient at once")
     if value == micro:
         return wrong("count per bucket: the last backward pass all-reduces each bucket once")
     return wrong("no_sync() skips the all-reduce; only the last micro-batch's backward pass communicates")
 
 
+_DDP_GB, _FSDP_GB = cost.bytes_sent_per_step("ddp", 2.0, 8), cost.bytes_sent_per_step("fsdp", 2.0, 8)
+_ONE_GB = cost.ring_bytes_sent("all_gather", 2.0, 8)
+
 QUESTIONS_09 = (
-    Question("FSDP keeps only a shard of the parameters on each rank. Which collectives replace DDP's all-reduce "
-             "of the gradients?", (
-                 O("An all_gather of the parameters before they are used, and a reduce_scatter of the gradients "
-                   "after backward.", "every rank briefly gets whole layers, then keeps the summed gradient of its "
-                   "shard only: together the cost of one all-reduce"),
-                 O("A broadcast of the parameters from rank 0 in every step.",
-                   "no: a broadcast sends one rank's tensor; FSDP's ranks each hold a different shard"),
-                 O("Two all-reduces, one for the parameters and one for the gradients.",
-                   "no: an all-reduce gives every rank the full sum; FSDP wants each rank to keep only its shard"),
-             ), answer="a"),
+    Question("A model has 2 GB of float32 gradients (and as many bytes of parameters), in many FSDP units. It "
+             "trains on 8 ranks with FSDP2's defaults and ring collectives. How many bytes does each rank send in "
+             "one training step?", (
+                 O(f"{_DDP_GB:g} GB.", f"{_DDP_GB:g} GB = 2(n-1)/n x 2 GB is DDP's all-reduce, or FSDP without its second "
+                   "all-gather; FSDP2 gathers every unit but the root again before backward"),
+                 O(f"{_FSDP_GB:g} GB.", "an all-gather before forward, another before backward (FSDP2 frees each unit "
+                   "after its forward), a reduce-scatter after it: each (n-1)/n x 2 GB, so "
+                   f"3 x 7/8 x 2 GB = {_FSDP_GB:g} GB, half as much again as DDP"),
+                 O("6 GB.", "that counts every byte of each of the three collectives; in a ring each rank sends only "
+                   "(n-1)/n of them"),
+                 O(f"{_ONE_GB:g} GB.", f"{_ONE_GB:g} GB = (n-1)/n x 2 GB is one collective; the step runs three"),
+             ), answer="b"),
     Question("An all_reduce of 1 GB takes 10 ms on 8 GPUs. What bus bandwidth (busbw, nccl-tests' definition) is "
              "that, in GB/s?", grade=_busbw_question, example="123"),
     Question("You accumulate gradients over 8 micro-batches per optimizer step, the first 7 inside `no_sync()`. "
-             "The gradients fill 3 DDP buckets. How many all-reduces does one optimizer step make?",
+             "The gradients fill 3 DDP buckets (after the first step, once DDP has rebuilt its buckets). How many "
+             "all-reduces does one later optimizer step make?",
              grade=_accumulation_question, example="5"),
 )
