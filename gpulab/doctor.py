@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
-import subprocess
 
 import torch
 
-from gpulab import compiling, devices
+from gpulab import compiling, devices, nvidia_smi
 from gpulab.distributed.processes import leftover_processes
 from gpulab.distributed.rendezvous import current_plan, port_free
 
-NVIDIA_SMI_TIMEOUT_S = 10
 DEFAULT_PORT = 29500  # torchrun's default --master-port (and the usual MASTER_PORT of hand-written scripts)
 
 
@@ -39,21 +36,6 @@ def current_accelerator() -> str:
         return "n/a (this torch has no torch.accelerator)"
     found = acc.current_accelerator() if acc.is_available() else None
     return found.type if found is not None else "none"
-
-
-def nvidia_smi(timeout: float = NVIDIA_SMI_TIMEOUT_S) -> dict:
-    """Whether ``nvidia-smi`` is on PATH and, if so, the GPUs it lists (``nvidia-smi -L``)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return {"found": False, "gpus": [],
-                "note": "not on PATH: normal on a machine without an NVIDIA GPU (CPU, Apple, AMD)"}
-    try:
-        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return {"found": True, "gpus": [], "note": f"nvidia-smi did not answer within {timeout:g} s"}
-    gpus = [line.strip() for line in out.stdout.splitlines() if line.strip().startswith("GPU")]
-    note = "ok" if out.returncode == 0 else f"nvidia-smi exited with status {out.returncode} (driver problem?)"
-    return {"found": True, "gpus": gpus, "note": note}
 
 
 def torchrun_settings() -> dict:
@@ -85,7 +67,7 @@ def report() -> dict:
         "auto_device": str(devices.pick_device("auto")),
         "accelerator": current_accelerator(),
         "distributed": distributed_backends(),
-        "nvidia_smi": nvidia_smi(),
+        "nvidia_smi": nvidia_smi.listed_gpus(),
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "torchrun": torchrun_settings(),

@@ -22,13 +22,9 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
-import io
 import os
 import platform
-import shutil
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -41,7 +37,7 @@ if str(ROOT) not in sys.path:  # the script runs from a checkout: gpulab comes f
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from gpulab import bench, devices, memory, pinning, precision, reference  # noqa: E402
+from gpulab import bench, devices, memory, nvidia_smi, pinning, precision, reference  # noqa: E402
 from gpulab.atomic import write_json  # noqa: E402
 from gpulab.bench_results import now, read_json  # noqa: E402
 
@@ -60,31 +56,6 @@ class Skip(Exception):
 # ----------------------------------------------------------------------------- environment
 
 
-def nvidia_smi(fields=SMI_FIELDS, timeout: float = 10.0) -> dict:
-    """``nvidia-smi --query-gpu`` for GPU 0: field -> value; a field this driver lacks is asked alone and noted."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return {"nvidia-smi": "not found"}
-
-    def query(names) -> dict | None:
-        try:
-            done = subprocess.run([exe, f"--query-gpu={','.join(names)}", "--format=csv", "-i", "0"],
-                                  capture_output=True, text=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            return {n: f"no answer within {timeout:g} s" for n in names}
-        if done.returncode != 0:
-            return None
-        header, values = list(csv.reader(io.StringIO(done.stdout.strip())))[:2]
-        return {n: f"{v.strip()} ({h.strip()})" if "[" in h else v.strip() for n, h, v in zip(names, header, values)}
-
-    found = query(fields)
-    if found is None:
-        found = {}
-        for name in fields:
-            found.update(query([name]) or {name: "not supported by this driver"})
-    return found
-
-
 def environment() -> dict:
     """Versions, the device's properties and settings, and what nvidia-smi says."""
     env = {**bench.environment(), "date": now(), "cpu": devices.cpu_description(), "cpu_count": os.cpu_count(),
@@ -96,7 +67,7 @@ def environment() -> dict:
         env.update({f"gpu.{k}": str(getattr(props, k)) for k in PROPS if hasattr(props, k)})
         env["gpu_count"] = torch.cuda.device_count()
         env["nccl"] = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else None
-        env.update({f"smi.{k}": v for k, v in nvidia_smi().items()})
+        env.update({f"smi.{k}": v for k, v in nvidia_smi.query(SMI_FIELDS).items()})
     return env
 
 
@@ -336,7 +307,7 @@ def environment_after_step(rec: Recorder) -> dict:
     """nvidia-smi again after the load: clocks, power and the PCIe link generation under work."""
     if rec.device.type != "cuda":
         raise Skip("no CUDA device")
-    return {"rows": [{"item": k, "value": v} for k, v in nvidia_smi().items()]}
+    return {"rows": [{"item": k, "value": v} for k, v in nvidia_smi.query(SMI_FIELDS).items()]}
 
 
 def environment_step(rec: Recorder) -> dict:

@@ -53,27 +53,27 @@ def test_doctor_json_report(capsys):
 
 
 def test_doctor_says_a_missing_nvidia_smi_is_normal(monkeypatch):
-    from gpulab import doctor
+    from gpulab import doctor, nvidia_smi
 
-    monkeypatch.setattr(doctor.shutil, "which", lambda name: None)
-    smi = doctor.nvidia_smi()
+    monkeypatch.setattr(nvidia_smi.shutil, "which", lambda name: None)
+    smi = nvidia_smi.listed_gpus()
     assert smi == {"found": False, "gpus": [], "note": smi["note"]} and "normal" in smi["note"]
     assert "normal" in doctor.format_report(doctor.report())
 
 
 def test_doctor_lists_gpus_from_a_fake_nvidia_smi(monkeypatch):
-    from gpulab import doctor
+    from gpulab import nvidia_smi
 
     fake = subprocess.CompletedProcess(["nvidia-smi", "-L"], 0, "GPU 0: Fake H200 (UUID: GPU-1)\n", "")
-    monkeypatch.setattr(doctor.shutil, "which", lambda name: "nvidia-smi")
-    monkeypatch.setattr(doctor.subprocess, "run", lambda *a, **k: fake)
-    assert doctor.nvidia_smi()["gpus"] == ["GPU 0: Fake H200 (UUID: GPU-1)"]
+    monkeypatch.setattr(nvidia_smi.shutil, "which", lambda name: "nvidia-smi")
+    monkeypatch.setattr(nvidia_smi.subprocess, "run", lambda *a, **k: fake)
+    assert nvidia_smi.listed_gpus()["gpus"] == ["GPU 0: Fake H200 (UUID: GPU-1)"]
 
     def hang(*a, **k):
         raise subprocess.TimeoutExpired("nvidia-smi", 10)
 
-    monkeypatch.setattr(doctor.subprocess, "run", hang)
-    assert "did not answer" in doctor.nvidia_smi()["note"]
+    monkeypatch.setattr(nvidia_smi.subprocess, "run", hang)
+    assert "did not answer" in nvidia_smi.listed_gpus()["note"]
 
 
 def test_doctor_as_a_subprocess():

@@ -81,7 +81,9 @@ def test_unknown_steps_are_refused(measure, tmp_path, capsys):
     assert not (tmp_path / "reference").exists()
 
 
-def test_nvidia_smi_fields_a_driver_lacks_are_asked_alone(measure, monkeypatch):
+def test_nvidia_smi_fields_a_driver_lacks_are_asked_alone(monkeypatch):
+    from gpulab import nvidia_smi
+
     calls = []
 
     def fake_run(cmd, **kwargs):
@@ -94,13 +96,13 @@ def test_nvidia_smi_fields_a_driver_lacks_are_asked_alone(measure, monkeypatch):
         header = ", ".join(f"{f} [MHz]" if f.startswith("clocks") else f for f in fields)
         return subprocess.CompletedProcess(cmd, 0, header + "\n" + ", ".join("7" for _ in fields) + "\n", "")
 
-    monkeypatch.setattr(measure.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(measure.subprocess, "run", fake_run)
-    found = measure.nvidia_smi(("name", "clocks.sm", "mig.mode.current"))
+    monkeypatch.setattr(nvidia_smi.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(nvidia_smi.subprocess, "run", fake_run)
+    found = nvidia_smi.query(("name", "clocks.sm", "mig.mode.current"))
     assert found == {"name": "7", "clocks.sm": "7 (clocks.sm [MHz])", "mig.mode.current": "not supported by this driver"}
     assert calls[0] == ["name", "clocks.sm", "mig.mode.current"] and len(calls) == 4
-    monkeypatch.setattr(measure.shutil, "which", lambda name: None)
-    assert measure.nvidia_smi() == {"nvidia-smi": "not found"}
+    monkeypatch.setattr(nvidia_smi.shutil, "which", lambda name: None)
+    assert nvidia_smi.query(["name"]) == {"nvidia-smi": "not found"}
 
 
 def _notebook(path: Path, source: str) -> Path:
