@@ -43,7 +43,7 @@ def _sync_unless(model: nn.Module, last: bool):
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, xb: torch.Tensor, yb: torch.Tensor, *,
-               loss_fn: LossFn | None = None, weight: float = 1.0, accumulate: int = 1,
+               loss_fn: LossFn | None = None, weight: float = 1.0, accumulate: int = 1, no_sync: bool = True,
                autocast_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None) -> torch.Tensor:
     """One optimizer step on the batch ``(xb, yb)``; returns the batch's mean loss (detached, float32).
 
@@ -51,6 +51,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, xb: torch.Ten
     ``weight`` (a DDP rank's share of a global batch, see :mod:`gpulab.train`). ``autocast_dtype`` runs the
     forward pass under ``torch.autocast`` on the batch's device; ``scaler`` (a ``GradScaler``) scales the
     loss and steps through it. An empty batch (a rank's share of a tiny last batch) still takes part.
+    ``no_sync=False`` lets every micro-batch all-reduce (only to show what ``no_sync()`` saves).
     """
     positive_int(accumulate, "accumulate")
     loss_fn = loss_fn or nn.functional.mse_loss
@@ -59,7 +60,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, xb: torch.Ten
     pieces = list(zip(xb.tensor_split(accumulate), yb.tensor_split(accumulate)))
     losses = []
     for i, (x, y) in enumerate(pieces):
-        with _sync_unless(model, last=i == len(pieces) - 1):
+        with _sync_unless(model, last=not no_sync or i == len(pieces) - 1):
             with torch.autocast(device_type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
                 out = model(x)
                 loss = loss_fn(out.float(), y) if len(x) else out.sum() * 0.0

@@ -33,6 +33,7 @@ class Stopwatch:
     """Wall-clock seconds of a block, waiting for ``device``'s queued work at its start and its end.
 
     ``with Stopwatch("cuda") as sw: train()`` then ``sw.seconds``; ``sw.elapsed()`` reads it inside.
+    Where the end is not a block (a launch's output arriving line by line), ``Stopwatch().start()``.
     """
 
     def __init__(self, device: str | torch.device | None = "cpu") -> None:
@@ -40,10 +41,14 @@ class Stopwatch:
         self.seconds: float | None = None
         self._start: float | None = None
 
-    def __enter__(self) -> "Stopwatch":
+    def start(self) -> "Stopwatch":
+        """Start (again) now, once the device's queued work is done."""
         devices.synchronize(self.device)
         self._start = time.perf_counter()
         return self
+
+    def __enter__(self) -> "Stopwatch":
+        return self.start()
 
     def elapsed(self) -> float:
         """Seconds since the block started (the device's queued work waited for)."""

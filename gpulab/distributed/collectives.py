@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from gpulab.distributed.collectives_worker import PARTS
 from gpulab.distributed.cost import COLLECTIVES, AlphaBeta, algbw, busbw, check_collective, check_ranks, fit_alpha_beta
-
-PARTS = ("semantics", "sweep", "ddp", "fsdp")
 DEFAULT_SIZES = tuple(2**k for k in range(10, 25, 2))  # 1 KiB .. 16 MiB, x4 apart
 
 

@@ -24,19 +24,21 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
-import time
 from pathlib import Path
 from typing import Sequence
 
 import torch
 import torch.distributed as dist
 
+from gpulab import argtypes
 from gpulab.atomic import write_json
+from gpulab.devices import synchronize
 from gpulab.distributed.cost import COLLECTIVES
 from gpulab.distributed.ddp_profile import DDP_PARTS
-from gpulab.distributed.rank_io import exit_worker, prefix_output, run_in_group
+from gpulab.distributed.rank_io import exit_worker, prefix_output, rank_env, run_in_group
+from gpulab.timing import Stopwatch
 
+#: The parts a launch can run (the driver, gpulab.distributed.collectives, asks for them by these names).
 PARTS = ("semantics", "sweep", "ddp", "fsdp")
 # FSDP2's collectives in the profiler -> (collective, which recorded tensor is its nccl-tests size)
 FSDP_CALLS = {"c10d::_allgather_base_": ("all_gather", 0), "c10d::_reduce_scatter_base_": ("reduce_scatter", 1)}
@@ -85,7 +87,7 @@ def reduce_scatter_ops(world: int, device: torch.device, numel: int = 1024) -> l
     reduce_scatter_single(out, inp)  # warm-up
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         reduce_scatter_single(out, inp)
-        _sync(device)
+        synchronize(device)
     events = sorted(prof.events(), key=lambda e: e.time_range.start)
     return [[e.name, list(e.input_shapes[0]) if e.input_shapes else []] for e in events if e.name.startswith(SHOWN_OPS)]
 
@@ -96,7 +98,8 @@ def fsdp_traffic(rank: int, world: int, steps: int) -> dict:
     from torch.distributed.fsdp import fully_shard
     from torch.profiler import ProfilerActivity, profile
 
-    from gpulab.distributed.ddp_profile import LR, build, rows, train_step
+    from gpulab.distributed.ddp_profile import LR, build, rows
+    from gpulab.step import train_step
 
     model = build("net1")
     shapes = [list(p.shape) for p in model.parameters()]
@@ -147,11 +150,6 @@ def call(collective: str, inp: torch.Tensor, out: torch.Tensor) -> None:
         raise ValueError(f"collective {collective!r} is not one of {', '.join(COLLECTIVES)}")
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def sweep(collectives: Sequence[str], sizes: Sequence[int], repeats: int, world: int,
           device: torch.device) -> list[dict]:
     """Seconds of each call on this rank: one row per (collective, bytes) with ``repeats`` times."""
@@ -160,14 +158,13 @@ def sweep(collectives: Sequence[str], sizes: Sequence[int], repeats: int, world:
         for nbytes in sizes:
             inp, out = buffers(collective, nbytes, world, device)
             call(collective, inp, out)  # warm-up: connections, allocations
-            _sync(device)
+            synchronize(device)
             seconds = []
             for _ in range(repeats):
                 dist.barrier()
-                t0 = time.perf_counter()
-                call(collective, inp, out)
-                _sync(device)
-                seconds.append(time.perf_counter() - t0)
+                with Stopwatch(device) as clock:  # waits for the GPU's queue at both ends
+                    call(collective, inp, out)
+                seconds.append(clock.seconds)
             rows.append({"collective": collective, "bytes": nbytes, "seconds": seconds})
     return rows
 
@@ -176,7 +173,7 @@ def run(args: argparse.Namespace, rank: int, world: int) -> None:
     """One rank's parts once the process group is up; writes ``rank<N>.json``."""
     device = torch.device("cpu")
     if args.backend == "nccl":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        device = torch.device("cuda", torch.cuda.current_device())  # main() set it from LOCAL_RANK
     report: dict = {"rank": rank, "world_size": world, "backend": args.backend, "cpu_count": os.cpu_count()}
     if "semantics" in args.parts:
         report["semantics"] = semantics(rank, world, device)
@@ -221,22 +218,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--parts", type=lambda t: _names(t, PARTS, "parts"), default=["semantics"])
     p.add_argument("--collectives", type=lambda t: _names(t, COLLECTIVES, "collectives"), default=list(COLLECTIVES))
     p.add_argument("--sizes", type=_sizes, default=[1024, 65536, 1048576], help="bytes per call")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--steps", type=int, default=3, help="profiled DDP steps per variant")
+    p.add_argument("--repeats", type=argtypes.positive_int, default=5)
+    p.add_argument("--steps", type=argtypes.positive_int, default=3, help="profiled DDP steps per variant")
     p.add_argument("--ddp-parts", type=lambda t: _names(t, DDP_PARTS, "ddp parts"), default=list(DDP_PARTS))
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    p.add_argument("--pg-timeout", type=float, default=60.0, help="seconds any collective may wait")
+    p.add_argument("--pg-timeout", type=argtypes.positive_float, default=60.0, help="seconds any collective may wait")
     args = p.parse_args(argv)
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        sys.stderr.write("error: run me under torchrun (RANK and WORLD_SIZE are not set)\n")
+    env = rank_env()
+    if env is None:
         return 2
     if args.backend == "nccl" and ("ddp" in args.parts or "fsdp" in args.parts):
         p.error("the ddp and fsdp parts train on the CPU: use --backend gloo")
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if args.backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    prefix_output(rank)
-    return run_in_group(args.backend, args.pg_timeout, lambda: run(args, rank, world))
+        torch.cuda.set_device(env.local_rank)
+    prefix_output(env.rank)
+    return run_in_group(args.backend, args.pg_timeout, lambda: run(args, env.rank, env.world))
 
 
 if __name__ == "__main__":

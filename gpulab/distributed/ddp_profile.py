@@ -15,9 +15,7 @@ returns, as JSON-ready dicts:
 
 from __future__ import annotations
 
-import contextlib
 import re
-import time
 from pathlib import Path
 
 import torch
@@ -26,7 +24,9 @@ from torch import nn
 
 from gpulab.atomic import torch_save
 from gpulab.distributed.cost import ddp_buckets, gradient_bytes
-from gpulab.models import Net1
+from gpulab.models import Net1, mlp
+from gpulab.step import train_step
+from gpulab.timing import Stopwatch
 
 MODELS = {"net1": (13, 16, 32, 1), "mlp": (512, 2048, 2048, 1), "deep": (512,) * 9 + (1,)}
 ROWS = {"net1": 64, "mlp": 32, "deep": 32}  # rows per rank per step
@@ -44,12 +44,7 @@ def build(name: str, seed: int = 0) -> nn.Module:
     if name not in MODELS:
         raise ValueError(f"model {name!r} is not one of {', '.join(MODELS)}")
     torch.manual_seed(seed)
-    if name == "net1":
-        return Net1(*MODELS[name])
-    widths, layers = MODELS[name], []
-    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
-        layers += [nn.Linear(a, b)] + ([nn.ReLU()] if i < len(widths) - 2 else [])
-    return nn.Sequential(*layers)
+    return Net1(*MODELS[name]) if name == "net1" else mlp(MODELS[name])
 
 
 def rows(name: str, rank: int, n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,17 +52,6 @@ def rows(name: str, rank: int, n: int | None = None) -> tuple[torch.Tensor, torc
     g = torch.Generator().manual_seed(1000 + rank)
     n = ROWS[name] if n is None else n
     return torch.randn(n, MODELS[name][0], generator=g), torch.randn(n, 1, generator=g)
-
-
-def train_step(model: nn.Module, opt: torch.optim.Optimizer, X: torch.Tensor, y: torch.Tensor,
-               micro: int = 1, no_sync: bool = True) -> None:
-    """One optimizer step over ``micro`` equal micro-batches (``no_sync()`` on all but the last if asked)."""
-    opt.zero_grad(set_to_none=True)
-    for i, (xm, ym) in enumerate(zip(X.chunk(micro), y.chunk(micro))):
-        skip = no_sync and i < micro - 1 and hasattr(model, "no_sync")
-        with model.no_sync() if skip else contextlib.nullcontext():
-            (nn.functional.mse_loss(model(xm), ym) / micro).backward()
-    opt.step()
 
 
 def profile_steps(model: nn.Module, opt, X, y, steps: int, warmup: int = 1, **step_args) -> dict:
@@ -79,11 +63,11 @@ def profile_steps(model: nn.Module, opt, X, y, steps: int, warmup: int = 1, **st
         for _ in range(warmup):  # DDP rebuilds its buckets after its first step: time the steps after it
             with record_function(FIRST_MARK):
                 train_step(model, opt, X, y, **step_args)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            with record_function(STEP_MARK):
-                train_step(model, opt, X, y, **step_args)
-        wall = time.perf_counter() - t0
+        with Stopwatch() as clock:
+            for _ in range(steps):
+                with record_function(STEP_MARK):
+                    train_step(model, opt, X, y, **step_args)
+        wall = clock.seconds
     events = list(prof.events())
     first_end = max((e.time_range.end for e in events if e.name == FIRST_MARK), default=float("-inf"))
     every = sorted((e for e in events if ALL_REDUCE.match(e.name)), key=lambda e: e.time_range.start)
@@ -141,10 +125,10 @@ def alone_seconds(bucket_bytes: list[int], repeats: int) -> list[float]:
     seconds = []
     for _ in range(repeats):
         dist.barrier()  # start together, as in the sweep
-        t0 = time.perf_counter()
-        for t in tensors:
-            dist.all_reduce(t)
-        seconds.append(time.perf_counter() - t0)
+        with Stopwatch() as clock:
+            for t in tensors:
+                dist.all_reduce(t)
+        seconds.append(clock.seconds)
     return seconds
 
 
@@ -192,7 +176,7 @@ def accumulate_part(rank: int, world: int, steps: int, out: Path | None) -> list
     for label, micro, no_sync in variants:
         model = build("deep")
         ddp = _ddp(model, None)
-        report = profile_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=LR), X, y, steps, micro=micro, no_sync=no_sync)
+        report = profile_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=LR), X, y, steps, accumulate=micro, no_sync=no_sync)
         row = {"variant": label, "micro_batches": micro, "no_sync": no_sync and micro > 1, **report}
         if reference is not None:
             state = model.state_dict()

@@ -12,11 +12,11 @@ from __future__ import annotations
 import datetime
 import re
 import socket
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from gpulab.distributed.launch_result import LaunchError, LaunchTimeout, line_rank
+from gpulab.timing import Stopwatch
 
 RANK_PREFIX = re.compile(r"^\[rank \d+\] ")
 CASE_LINE = re.compile(r"^case (\w+) ([\w ]+?): (.*)$")
@@ -166,11 +166,11 @@ def reproduce(names: Sequence[str] = LAUNCHED, *, nproc: int = 2, timeout: float
         from gpulab.distributed.torchrun import launch
     args = [a for n in names for a in ("--case", n)]
     args += ["--short-timeout", str(short_timeout), "--barrier-timeout", str(barrier_timeout)]
-    start, first_case = time.perf_counter(), []
+    clock, first_case = Stopwatch().start(), []
 
     def stamp(line: str) -> None:  # when the ranks, started and in their group, print their first case
         if not first_case and CASE_LINE.match(RANK_PREFIX.sub("", line)):
-            first_case.append(time.perf_counter() - start)
+            first_case.append(clock.elapsed())
 
     try:
         result = launch("gpulab.distributed.failures_worker", args, nproc=nproc, timeout=timeout,
@@ -189,7 +189,7 @@ def reproduce(names: Sequence[str] = LAUNCHED, *, nproc: int = 2, timeout: float
             raise RuntimeError(f"case {fatal[0]!r} ended without the error it reproduces")
         out[fatal[0]].error = _fatal_error(error, fatal[0])
         out[fatal[0]].failed_rank = error.rank
-    out["launch"] = Reproduced("launch", seconds=time.perf_counter() - start, lines=list(lines),
+    out["launch"] = Reproduced("launch", seconds=clock.elapsed(), lines=list(lines),
                                startup=first_case[0] if first_case else float("nan"))
     return out
 

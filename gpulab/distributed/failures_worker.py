@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import sys
 import time
 from typing import Callable, Sequence
@@ -23,8 +22,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from gpulab import argtypes
 from gpulab.distributed.failures_ddp import short_group, uneven, unused
-from gpulab.distributed.rank_io import exit_worker, prefix_output, run_in_group
+from gpulab.distributed.rank_io import exit_worker, prefix_output, rank_env, run_in_group
+from gpulab.timing import Stopwatch
 
 FATAL = ("missing",)  # ends the launch: must come last
 DETAIL = ("mismatch", "shapes")  # run in a group checked as under TORCH_DISTRIBUTED_DEBUG=DETAIL
@@ -158,13 +159,13 @@ def run_cases(names: Sequence[str], args: argparse.Namespace) -> None:
     """Run each case's mistake (its error caught and printed, unless fatal) and then its fix."""
     rank, world = dist.get_rank(), dist.get_world_size()
     for name in names:
-        start = time.perf_counter()
+        clock = Stopwatch().start()
         make = CASES[name]
         broken, fixed = make(rank, world, args, detail_group()) if name in DETAIL else make(rank, world, args)
         if name in FATAL:
             say(name, "fixed", fixed())
             dist.barrier()
-            say(name, "seconds", f"{time.perf_counter() - start:.2f}")
+            say(name, "seconds", f"{clock.elapsed():.2f}")
             sys.stdout.flush()
             broken()  # raises on the rank that waits; the launch ends here
             continue
@@ -175,16 +176,17 @@ def run_cases(names: Sequence[str], args: argparse.Namespace) -> None:
             report_error(name, exc)
         dist.barrier()  # both ranks are past the mistake before the fix starts
         say(name, "fixed", fixed())
-        say(name, "seconds", f"{time.perf_counter() - start:.2f}")
+        say(name, "seconds", f"{clock.elapsed():.2f}")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The worker's options."""
     p = argparse.ArgumentParser(prog="gpulab.distributed.failures_worker", description=__doc__.splitlines()[0])
     p.add_argument("--case", action="append", choices=sorted(CASES), required=True, help="repeat to run several")
-    p.add_argument("--pg-timeout", type=float, default=30.0, help="seconds any collective may wait")
-    p.add_argument("--short-timeout", type=float, default=2.0, help="the group timeout of cases timeout and uneven")
-    p.add_argument("--barrier-timeout", type=float, default=2.0, help="seconds monitored_barrier waits")
+    p.add_argument("--pg-timeout", type=argtypes.positive_float, default=30.0, help="seconds any collective may wait")
+    p.add_argument("--short-timeout", type=argtypes.positive_float, default=2.0,
+                   help="the group timeout of cases timeout and uneven")
+    p.add_argument("--barrier-timeout", type=argtypes.positive_float, default=2.0, help="seconds monitored_barrier waits")
     args = p.parse_args(argv)
     fatal = [c for c in args.case if c in FATAL]
     if fatal and (args.case[-1] != fatal[0] or len(fatal) > 1):
@@ -195,10 +197,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point under torchrun."""
     args = parse_args(argv)
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        sys.stderr.write("error: run me under torchrun (RANK and WORLD_SIZE are not set)\n")
+    env = rank_env()
+    if env is None:
         return 2
-    prefix_output(int(os.environ["RANK"]))
+    prefix_output(env.rank)
     torch.set_num_threads(1)
     return run_in_group("gloo", args.pg_timeout, lambda: run_cases(args.case, args))
 
