@@ -26,6 +26,7 @@ from typing import Iterable
 import torch
 
 from gpulab import devices
+from gpulab.precision import DTYPES, dtype_from_name, dtype_name
 from gpulab.validate import positive_int
 from gpulab.timing import (  # noqa: F401  (time_call and the two settings: until every caller imports gpulab.timing)
     MATMUL_PRECISIONS,
@@ -45,23 +46,11 @@ from gpulab.bench_results import (  # noqa: F401  (re-exported: the public names
     save_results,
 )
 
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 PROBES = ("matmul", "copy")
 COPY_KINDS = ("device", "h2d", "d2h", "add")
 
 
 # ----------------------------------------------------------------------------- validation
-
-
-def check_dtype(dtype: str | torch.dtype) -> str:
-    """The dtype's name (``'float32'``...), or a one-line ValueError listing the valid ones."""
-    if isinstance(dtype, torch.dtype):
-        for name, value in DTYPES.items():
-            if value == dtype:
-                return name
-    elif isinstance(dtype, str) and dtype in DTYPES:
-        return dtype
-    raise ValueError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -113,7 +102,7 @@ def matmul_probe(device: str | torch.device = "auto", size: int = 512, dtype: st
     out of memory (saying so).
     """
     size = positive_int(size, "size")
-    name = check_dtype(dtype)
+    name = dtype_name(dtype_from_name(dtype))
     check_matmul_precision(matmul_precision)
     dev = devices.pick_device(device)
     with using_threads(threads) as n, float32_matmul_precision(matmul_precision) as used:
@@ -158,7 +147,7 @@ def copy_probe(device: str | torch.device = "auto", size_mb: int = 64, kind: str
     two tensors and writes one (three times), host<->device copies cross the bus once.
     """
     size_mb = positive_int(size_mb, "size_mb")
-    name = check_dtype(dtype)
+    name = dtype_name(dtype_from_name(dtype))
     if kind not in COPY_KINDS:
         raise ValueError(f"unknown copy kind {kind!r}: use one of {', '.join(COPY_KINDS)}")
     dev = devices.pick_device(device)
@@ -188,7 +177,7 @@ def matmul_sweep(device: str | torch.device = "auto", sizes: Iterable[int] = (25
                  min_run_time: float = 0.1, matmul_precision: str | None = None) -> list[BenchResult]:
     """:func:`matmul_probe` for each size (all arguments are validated before anything runs)."""
     sizes = [positive_int(s, "size") for s in sizes]
-    check_dtype(dtype)
+    dtype_name(dtype_from_name(dtype))
     if threads is not None:
         positive_int(threads, "threads")
     check_matmul_precision(matmul_precision)
@@ -201,7 +190,7 @@ def copy_sweep(device: str | torch.device = "auto", sizes_mb: Iterable[int] = (1
                threads: int | None = None, min_run_time: float = 0.1) -> list[BenchResult]:
     """:func:`copy_probe` for each size in MiB (all sizes are validated before anything runs)."""
     sizes_mb = [positive_int(s, "size_mb") for s in sizes_mb]
-    check_dtype(dtype)
+    dtype_name(dtype_from_name(dtype))
     if threads is not None:
         positive_int(threads, "threads")
     return [copy_probe(device, s, kind, pinned=pinned, non_blocking=non_blocking, dtype=dtype, threads=threads,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from gpulab import bench, devices
+from gpulab.precision import DTYPES
 from gpulab.reference import size_axis
 
 MATMUL_SIZES = (64, 128, 256, 512, 1024, 2048)
@@ -75,7 +76,7 @@ def bench_explorer(min_run_time: float = 0.05):
     history: list[bench.BenchResult] = []
     probe = w.ToggleButtons(options=list(bench.PROBES), value="matmul", description="probe")
     size = w.Dropdown(options=list(size_options("matmul")), value=256, description="size")
-    dtype = w.Dropdown(options=list(bench.DTYPES), value="float32", description="dtype")
+    dtype = w.Dropdown(options=list(DTYPES), value="float32", description="dtype")
     device = w.Dropdown(options=device_options(), description="device")
     run = w.Button(description="Run", button_style="primary", icon="play")
     status = w.Label(value="Pick a setting and press Run.")

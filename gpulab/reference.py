@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from gpulab.bench import PROBES, BenchResult, check_dtype
+from gpulab.bench import PROBES, BenchResult
+from gpulab.precision import dtype_from_name, dtype_name
 from gpulab.bench_results import is_bench_file, read_json, results_from_json
 from gpulab.tables import format_rows
 
@@ -159,7 +160,7 @@ def reference_results(probe: str = "matmul", dtype: str | None = None, kind: str
     """Recorded results of one probe (optionally one dtype, or one copy kind) from every reference file."""
     _check_probe(probe)
     if dtype is not None:
-        dtype = check_dtype(dtype)
+        dtype = dtype_name(dtype_from_name(dtype))
     return [r for ref in load_references(directory) for r in ref.results if _matches(r, probe, dtype, kind)]
 
 
@@ -214,7 +215,7 @@ def plot_against_references(mine: Sequence[BenchResult], probe: str = "matmul", 
 
     _check_probe(probe)
     if dtype is not None:
-        dtype = check_dtype(dtype)
+        dtype = dtype_name(dtype_from_name(dtype))
     refs = reference_results(probe, dtype, kind, directory)
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))

@@ -173,7 +173,7 @@ def test_gpu_check_dry_run_writes_the_layout(tmp_path):
 
 
 def test_the_boston_loop_step_reads_what_the_benchmark_returns(measure, tmp_path):
-    """The step and benchmarks/loop_vs_article.py change together: a dry run records one row per loop."""
+    """The step records what article.compare_loops returns: a dry run records one row per loop."""
     assert measure.main([str(tmp_path), "--dry-run", "--only", "boston_loop"]) == 0
     step = _file(tmp_path)["steps"]["boston_loop"]
     assert step["status"] == "ok", step

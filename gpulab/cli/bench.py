@@ -15,6 +15,7 @@ import argparse
 from gpulab import bench
 from gpulab.argtypes import positive_float, positive_int
 from gpulab.devices import pick_device
+from gpulab.precision import DTYPES
 
 
 def _sizes(text: str) -> list[int]:
@@ -33,7 +34,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps or xpu (default: auto)")
     parser.add_argument("--sizes", type=_sizes, default=None,
                         help="comma-separated: matrix sides for matmul, MiB for copy (default depends on device)")
-    parser.add_argument("--dtype", choices=list(bench.DTYPES), default="float32")
+    parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads for the measurement")
     parser.add_argument("--matmul-precision", choices=bench.MATMUL_PRECISIONS, default=None,
                         help="matmul only: torch.set_float32_matmul_precision for the run (high: TF32 on CUDA; "
