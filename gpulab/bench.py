@@ -216,6 +216,5 @@ def matmul_flops(n: int) -> int:
 
     Each of the ``n * n`` outputs is a sum of ``n`` products: ``n`` multiplications and ``n`` additions.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"matrix side n={n!r} must be a positive integer")
+    positive_int(n, "matrix side n")
     return 2 * n**3

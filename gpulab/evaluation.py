@@ -26,9 +26,10 @@ import torch
 from gpulab.boston import Split, carve_validation, load_boston, split
 from gpulab.devices import pick_device
 from gpulab.experiment import Recipe, Setup, article_model, optimizer_for
-from gpulab.timing import Stopwatch, using_threads
 from gpulab.models import EnsembleMLP
+from gpulab.timing import Stopwatch, using_threads
 from gpulab.train import fit, predict, regression_metrics
+from gpulab.validate import positive_int
 
 MODELS = ("article MLP", "improved MLP", "LinearRegression", "RandomForest", "GradientBoosting")
 
@@ -56,8 +57,7 @@ class ImprovedConfig:
     def __post_init__(self) -> None:
         for name in ("members", "hidden", "layers", "epochs", "patience", "batch_size"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive integer")
+            positive_int(value, name)
         for name in ("lr", "weight_decay"):
             value = getattr(self, name)
             if not 0 <= value < math.inf or (name == "lr" and value == 0):
@@ -199,8 +199,7 @@ def repeated_evaluation(
     ``threads`` torch CPU threads are used meanwhile (``None``: leave as is).
     ``on_result(model, seed, rmse)`` is called after each fit (progress reports).
     """
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats={repeats!r} must be a positive integer")
+    positive_int(repeats, "repeats")
     unknown = [m for m in models if m not in MODELS]
     if unknown or not models:
         raise ValueError(f"models={list(models)!r}: choose one or more of {', '.join(MODELS)}")

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 import statistics
+
+from gpulab.validate import non_negative_int
 from dataclasses import asdict, dataclass
 from typing import Protocol, Sequence
 
@@ -73,8 +75,7 @@ class Paired:
 def sign_test(wins: int, losses: int) -> float:
     """Two-sided exact sign test: the chance of a split at least this lopsided if wins and losses were equally likely."""
     for name, value in (("wins", wins), ("losses", losses)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name}={value!r} must be a non-negative integer")
+        non_negative_int(value, name)
     n = wins + losses
     if n == 0:
         return 1.0

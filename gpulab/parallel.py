@@ -18,12 +18,7 @@ import torch
 from torch import nn
 
 from gpulab.train import max_abs_difference
-
-
-def _check_replicas(n_replicas: object) -> int:
-    if isinstance(n_replicas, bool) or not isinstance(n_replicas, int) or n_replicas < 1:
-        raise ValueError(f"n_replicas={n_replicas!r} must be a positive integer (1, 2, 3, ...)")
-    return n_replicas
+from gpulab.validate import positive_int
 
 
 def replica_batch_sizes(batch_size: int, n_replicas: int) -> list[int]:
@@ -32,16 +27,15 @@ def replica_batch_sizes(batch_size: int, n_replicas: int) -> list[int]:
     Same rule as ``torch.chunk``: chunks of ``ceil(batch_size / n_replicas)`` rows, the last one
     smaller, so fewer replicas may be used (10 rows on 4 GPUs: ``[3, 3, 3, 1]``; 5 on 4: ``[2, 2, 1]``).
     """
-    _check_replicas(n_replicas)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
+    positive_int(n_replicas, "n_replicas")
+    positive_int(batch_size, "batch_size")
     step = math.ceil(batch_size / n_replicas)
     return [min(step, batch_size - start) for start in range(0, batch_size, step)]
 
 
 def scatter(batch: torch.Tensor, n_replicas: int) -> tuple[torch.Tensor, ...]:
     """Split ``batch`` along dim 0 the way DataParallel's scatter does (``torch.chunk``)."""
-    _check_replicas(n_replicas)
+    positive_int(n_replicas, "n_replicas")
     if not isinstance(batch, torch.Tensor) or batch.dim() == 0 or len(batch) == 0:
         raise ValueError(f"batch must be a tensor with at least one row, got {type(batch).__name__}"
                          f"{'' if not isinstance(batch, torch.Tensor) else ' of shape ' + str(tuple(batch.shape))}")
@@ -50,7 +44,7 @@ def scatter(batch: torch.Tensor, n_replicas: int) -> tuple[torch.Tensor, ...]:
 
 def replicate(module: nn.Module, n: int) -> list[nn.Module]:
     """``n`` independent copies of ``module`` (DataParallel broadcasts one to each GPU)."""
-    _check_replicas(n)
+    positive_int(n, "n_replicas")
     return [copy.deepcopy(module) for _ in range(n)]
 
 

@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 from gpulab import bench, devices
-from gpulab.validate import positive_int
+from gpulab.validate import non_negative_int, positive_int
 
 #: The warning a DataLoader gives for ``pin_memory=True`` without an accelerator (older torch: "CUDA").
 NO_ACCELERATOR_PIN = re.compile(r"'pin_memory' argument is set as true but (no accelerator is found|CUDA is not available)")
@@ -60,8 +60,7 @@ def slice_loader(X: torch.Tensor, y: torch.Tensor, batch_size: int, *, pin_memor
     """A ``DataLoader`` over ``(X, y)`` whose batches are slices (no per-sample collation)."""
     if len(X) != len(y):
         raise ValueError(f"X has {len(X)} rows but y has {len(y)}: they must match")
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-        raise ValueError(f"num_workers must be a whole number >= 0, got {num_workers!r}")
+    non_negative_int(num_workers, "num_workers")
     return DataLoader(TensorDataset(X, y), sampler=SliceSampler(len(X), batch_size), batch_size=None,
                       pin_memory=pin_memory, num_workers=num_workers)
 

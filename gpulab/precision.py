@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from gpulab.devices import pick_device
+from gpulab.validate import positive_int
 
 #: The three formats the notebooks compare, by the names learners type.
 DTYPES: dict[str, torch.dtype] = {
@@ -198,8 +199,7 @@ def matmul_mode_seconds(device: str | torch.device = "cpu", mode: str = "float32
 
     if mode not in MATMUL_MODES:
         raise ValueError(f"unknown mode {mode!r}: use one of {', '.join(MATMUL_MODES)}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n={n!r} must be a positive integer")
+    positive_int(n, "n")
     if not min_run_time > 0:
         raise ValueError(f"min_run_time={min_run_time!r} must be a positive number of seconds")
     device = pick_device(device)

@@ -52,8 +52,7 @@ def shard_batches(
     With ``device``, the epoch's permutation is copied there once and the indices are views of it
     (no host-to-device copy per step).
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
+    positive_int(batch_size, "batch_size")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank={rank!r} must be in 0..{world_size - 1}")
     order = epoch_permutation(n, seed, epoch)

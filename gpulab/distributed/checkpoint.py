@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from gpulab.atomic import torch_save
+from gpulab.validate import non_negative_int, positive_int
 
 PATTERN = re.compile(r"^epoch(\d{4,})\.pt$")
 KEYS = ("model", "optimizer", "epoch", "rng", "history")
@@ -29,8 +30,7 @@ class CheckpointError(ValueError):
 
 def checkpoint_path(directory: str | Path, epoch: int) -> Path:
     """Where the checkpoint after ``epoch`` lives: ``<directory>/epoch0003.pt``."""
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-        raise ValueError(f"epoch={epoch!r} must be a non-negative integer")
+    non_negative_int(epoch, "epoch")
     return Path(directory) / f"epoch{epoch:04d}.pt"
 
 
@@ -85,8 +85,7 @@ def save(
     keep: int = 2,
 ) -> Path:
     """Write the checkpoint after ``epoch`` atomically; keep only the newest ``keep`` files."""
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-        raise ValueError(f"keep={keep!r} must be a positive integer")
+    positive_int(keep, "keep")
     module = getattr(model, "module", model)  # DDP / DataParallel: save the plain model's keys
     state = {
         "model": {k: v.detach().cpu() for k, v in module.state_dict().items()},

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from gpulab.distributed.collectives_worker import PARTS
-from gpulab.distributed.cost import COLLECTIVES, AlphaBeta, algbw, busbw, check_collective, check_ranks, fit_alpha_beta
+from gpulab.distributed.cost import COLLECTIVES, AlphaBeta, algbw, busbw, check_collective, fit_alpha_beta
+from gpulab.validate import positive_int
 DEFAULT_SIZES = tuple(2**k for k in range(10, 25, 2))  # 1 KiB .. 16 MiB, x4 apart
 
 
@@ -79,7 +80,7 @@ def fit_sweep(rows: Sequence[dict], collective: str = "all_reduce") -> AlphaBeta
 
 def expected_semantics(world: int) -> dict[str, list[list[int]]]:
     """What each rank must hold after each collective of the demonstration (rank r starts at ``10r + i``)."""
-    n = check_ranks(world, "world")
+    n = positive_int(world, "world")
     start = [[10 * r + i for i in range(n)] for r in range(n)]
     total = [sum(row[i] for row in start) for i in range(n)]
     return {"broadcast": [start[0]] * n, "all_reduce": [total] * n,
@@ -211,15 +212,15 @@ def run_collectives(nproc: int, parts: Sequence[str] = ("semantics", "sweep"), *
     """Launch ``gpulab.distributed.collectives_worker`` on ``nproc`` ranks (one torchrun) and read its results."""
     from gpulab.distributed.torchrun import launch
 
-    nproc = check_ranks(nproc, "nproc")
+    nproc = positive_int(nproc, "nproc")
     bad = [p for p in parts if p not in PARTS]
     if bad or not parts:
         raise ValueError(f"parts={list(parts)!r}: use one or more of {', '.join(PARTS)}")
     for c in collectives:
         check_collective(c)
     sizes = check_sizes(sizes, nproc)
-    check_ranks(repeats, "repeats")
-    check_ranks(steps, "steps")
+    positive_int(repeats, "repeats")
+    positive_int(steps, "steps")
     args = ["--parts", ",".join(parts), "--sizes", ",".join(map(str, sizes)), "--repeats", str(repeats),
             "--collectives", ",".join(collectives), "--steps", str(steps), "--backend", backend]
     args += ["--ddp-parts", ",".join(ddp_parts)] if ddp_parts else []

@@ -21,26 +21,14 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from gpulab.validate import positive_int, positive_number
+
 COLLECTIVES = ("broadcast", "all_reduce", "reduce_scatter", "all_gather")
 STRATEGIES = ("ddp", "fsdp")
 MIB = 2**20
 # Fallbacks only, for a torch that lacks the names ddp_bucket_defaults reads (its docs give these values)
 DOCUMENTED_BUCKET_MB = 25.0
 DOCUMENTED_FIRST_BUCKET_MB = 1.0
-
-
-def check_ranks(ranks: object, what: str = "ranks") -> int:
-    """``ranks`` as an int >= 1, or a one-line ValueError."""
-    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
-        raise ValueError(f"{what}={ranks!r} must be a whole number >= 1")
-    return ranks
-
-
-def check_positive(value: object, what: str) -> float:
-    """``value`` as a float > 0, or a one-line ValueError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
-        raise ValueError(f"{what}={value!r} must be a positive finite number")
-    return float(value)
 
 
 def check_collective(name: object) -> str:
@@ -52,14 +40,14 @@ def check_collective(name: object) -> str:
 
 def bus_factor(collective: str, ranks: int) -> float:
     """busbw / algbw: 2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter, 1 for broadcast."""
-    collective, n = check_collective(collective), check_ranks(ranks)
+    collective, n = check_collective(collective), positive_int(ranks, "ranks")
     return {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n, "all_gather": (n - 1) / n,
             "broadcast": 1.0}[collective]
 
 
 def algbw(nbytes: float, seconds: float) -> float:
     """Algorithm bandwidth in bytes/s: the message size over the time."""
-    return check_positive(nbytes, "nbytes") / check_positive(seconds, "seconds")
+    return positive_number(nbytes, "nbytes") / positive_number(seconds, "seconds")
 
 
 def busbw(collective: str, nbytes: float, seconds: float, ranks: int) -> float:
@@ -76,7 +64,7 @@ class AlphaBeta:
 
     def seconds(self, nbytes: float) -> float:
         """The predicted time of one call moving ``nbytes``."""
-        return self.alpha + self.beta * check_positive(nbytes, "nbytes")
+        return self.alpha + self.beta * positive_number(nbytes, "nbytes")
 
     @property
     def bandwidth(self) -> float:
@@ -94,8 +82,8 @@ def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], relative: 
 
     if len(nbytes) != len(seconds):
         raise ValueError(f"nbytes has {len(nbytes)} values but seconds has {len(seconds)}: give one time per size")
-    x = np.array([check_positive(b, "nbytes") for b in nbytes])
-    t = np.array([check_positive(s, "seconds") for s in seconds])
+    x = np.array([positive_number(b, "nbytes") for b in nbytes])
+    t = np.array([positive_number(s, "seconds") for s in seconds])
     if len(set(x.tolist())) < 2:
         raise ValueError(f"nbytes={list(nbytes)!r} needs at least two different sizes to fit a line")
     w = 1.0 / t if relative else np.ones_like(t)
@@ -144,16 +132,16 @@ def ddp_buckets(tensor_bytes: Sequence[int], bucket_cap_mb: float | None = None,
     :func:`explicit_cap_sets_first_bucket`) unless ``first_bucket_mb`` is given.
     """
     defaults = ddp_bucket_defaults()
-    cap_mb = defaults["bucket_cap_mb"] if bucket_cap_mb is None else check_positive(bucket_cap_mb, "bucket_cap_mb")
+    cap_mb = defaults["bucket_cap_mb"] if bucket_cap_mb is None else positive_number(bucket_cap_mb, "bucket_cap_mb")
     if first_bucket_mb is not None:
-        first_mb = check_positive(first_bucket_mb, "first_bucket_mb")
+        first_mb = positive_number(first_bucket_mb, "first_bucket_mb")
     elif bucket_cap_mb is not None and explicit_cap_sets_first_bucket():
         first_mb = cap_mb
     else:
         first_mb = defaults["first_bucket_mb"]
     cap, buckets, size = first_mb * MIB, [], 0
     for b in tensor_bytes:
-        size += int(check_positive(b, "tensor bytes"))
+        size += int(positive_number(b, "tensor bytes"))
         if size >= cap:
             buckets.append(size)
             size, cap = 0, cap_mb * MIB
@@ -185,8 +173,8 @@ def ring_allreduce_seconds(nbytes: float, ranks: int, alpha: float, beta: float)
 
     ``alpha``: seconds per ring step; ``beta``: seconds per byte on one link (1 / busbw). 0 for one rank.
     """
-    n = check_ranks(ranks)
-    check_positive(nbytes, "nbytes")
+    n = positive_int(ranks, "ranks")
+    positive_number(nbytes, "nbytes")
     if alpha < 0 or beta < 0:
         raise ValueError(f"alpha={alpha!r} and beta={beta!r} must be >= 0")
     return 0.0 if n == 1 else 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes * beta
@@ -194,7 +182,7 @@ def ring_allreduce_seconds(nbytes: float, ranks: int, alpha: float, beta: float)
 
 def ring_from_fit(fit: AlphaBeta, ranks: int) -> tuple[float, float]:
     """The ring's (alpha per step, beta per byte per link) that give ``fit`` at ``ranks`` ranks."""
-    n = check_ranks(ranks)
+    n = positive_int(ranks, "ranks")
     if n < 2:
         raise ValueError(f"ranks={ranks!r}: an all-reduce fit needs at least 2 ranks")
     return fit.alpha / (2 * (n - 1)), fit.beta * n / (2 * (n - 1))
@@ -203,16 +191,16 @@ def ring_from_fit(fit: AlphaBeta, ranks: int) -> tuple[float, float]:
 def step_seconds(ranks: int, compute_per_sample: float, batch: int, nbytes: float, alpha: float,
                  beta: float) -> float:
     """A data-parallel step on a fixed global ``batch``: compute split over ranks + one ring all-reduce."""
-    n = check_ranks(ranks)
-    check_ranks(batch, "batch")
-    return check_positive(compute_per_sample, "compute_per_sample") * batch / n + ring_allreduce_seconds(
+    n = positive_int(ranks, "ranks")
+    positive_int(batch, "batch")
+    return positive_number(compute_per_sample, "compute_per_sample") * batch / n + ring_allreduce_seconds(
         nbytes, n, alpha, beta)
 
 
 def best_rank_count(compute_per_sample: float, batch: int, nbytes: float, alpha: float, beta: float,
                     max_ranks: int = 1024) -> int:
     """The rank count beyond which the step time stops falling (at most ``max_ranks`` and ``batch``)."""
-    top = min(check_ranks(max_ranks, "max_ranks"), check_ranks(batch, "batch"))
+    top = min(positive_int(max_ranks, "max_ranks"), positive_int(batch, "batch"))
     n = 1
     while n < top and (step_seconds(n + 1, compute_per_sample, batch, nbytes, alpha, beta)
                        < step_seconds(n, compute_per_sample, batch, nbytes, alpha, beta)):
@@ -222,7 +210,7 @@ def best_rank_count(compute_per_sample: float, batch: int, nbytes: float, alpha:
 
 def ring_bytes_sent(collective: str, nbytes: float, ranks: int) -> float:
     """Bytes each rank sends in one ring ``collective`` of ``nbytes`` (nccl-tests' size): :func:`bus_factor` x bytes."""
-    return bus_factor(collective, ranks) * check_positive(nbytes, "nbytes")
+    return bus_factor(collective, ranks) * positive_number(nbytes, "nbytes")
 
 
 def bytes_sent_per_step(strategy: str, nbytes: float, ranks: int, regather: bool = True) -> float:
@@ -245,10 +233,10 @@ def fsdp_padded_bytes(shapes: Sequence[Sequence[int]], ranks: int, element_size:
 
     FSDP2 gives every rank an equal shard (``_get_dim0_padded_size`` in torch's ``_fsdp_common.py``).
     """
-    n = check_ranks(ranks)
+    n = positive_int(ranks, "ranks")
     total = 0
     for shape in shapes:
         dims = [int(d) for d in shape] or [1]  # a 0-d parameter is one element
         padded = -(-dims[0] // n) * n  # dim 0 rounded up to a multiple of n
         total += padded * math.prod(dims[1:])
-    return total * check_ranks(element_size, "element_size")
+    return total * positive_int(element_size, "element_size")

@@ -14,6 +14,7 @@ import warnings
 from typing import Sequence
 
 from gpulab.distributed.rendezvous import current_plan, is_loopback
+from gpulab.validate import positive_int
 
 
 def _is_int(value: object) -> bool:
@@ -39,8 +40,7 @@ def check_nproc(nproc: int, backend: str = "auto") -> str:
     ``auto`` means nccl when every rank can have its own GPU, else gloo. More ranks than
     GPUs on nccl is an error; more ranks than CPU cores on gloo only warns (it works, slowly).
     """
-    if not _is_int(nproc) or nproc < 1:
-        raise ValueError(f"nproc={nproc!r} must be a positive integer (ranks per node)")
+    positive_int(nproc, "nproc")
     if backend not in ("auto", "gloo", "nccl"):
         raise ValueError(f"backend={backend!r}: use auto, gloo or nccl")
     gpus = gpu_count()

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from gpulab.distributed import cost
+from gpulab.validate import positive_int, positive_number
 from gpulab.exercises import Feedback, as_number, correct, wrong
 from gpulab.exercises.quiz import Option as O
 from gpulab.exercises.quiz import Question
@@ -31,10 +32,10 @@ class RankScenario:
     max_ranks: int = 256
 
     def __post_init__(self) -> None:
-        cost.check_positive(self.compute_per_sample, "compute_per_sample")
-        cost.check_ranks(self.batch, "batch")
-        cost.check_positive(self.nbytes, "nbytes")
-        cost.check_ranks(self.max_ranks, "max_ranks")
+        positive_number(self.compute_per_sample, "compute_per_sample")
+        positive_int(self.batch, "batch")
+        positive_number(self.nbytes, "nbytes")
+        positive_int(self.max_ranks, "max_ranks")
         if self.alpha < 0 or self.beta < 0:
             raise ValueError(f"alpha={self.alpha!r} and beta={self.beta!r} must be >= 0")
 
