@@ -1,18 +1,22 @@
-"""FSDP2 (fully_shard over a CPU mesh, gloo) through torchrun equals single-process training; shards follow torch.chunk."""
+"""FSDP2 (fully_shard over a CPU mesh, gloo) through torchrun: equals single-process training, shards follow
+torch.chunk, stored shards are padded as gpulab.estimate says, and one step's peak matches its FSDP2 model."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
-import math
-
 from gpulab.distributed.fsdp import schedule, train_fsdp
+from gpulab.distributed.fsdp_probe import PROBE_LAYERS, PROBE_SETTINGS, probe_model
 from gpulab.estimate import estimate
 from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
+from gpulab.fsdp_memory import padded_numel
 from gpulab.train import fit, max_abs_difference
 
 RECIPE = Recipe(epochs=5)
+STATE = ("parameters", "gradients", "optimizer state")
 
 
 @pytest.fixture(scope="module")
@@ -24,12 +28,20 @@ def reference() -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
+@pytest.fixture(scope="module")
+def launches():
+    """One launch per rank count, each with the memory probe: 2 ranks one unit, 3 ranks one unit per layer, profiled."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "3 ranks on", UserWarning)
+        return {n: train_fsdp(n, RECIPE, timeout=120, per_layer=n == 3, profile=n == 3, probe=True) for n in (2, 3)}
+
+
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore:3 ranks on:UserWarning")
 @pytest.mark.parametrize("nproc", [2, 3])
-def test_fully_shard_equals_single_process_and_shards_follow_chunk(nproc, reference):
-    layered = nproc == 3  # 2 ranks: the whole model one unit; 3 ranks: each layer its own unit, profiled
-    result = train_fsdp(nproc, RECIPE, timeout=120, per_layer=layered, profile=layered)
+def test_fully_shard_equals_single_process_and_shards_follow_chunk(nproc, launches, reference):
+    result = launches[nproc]
     assert max_abs_difference(result.state_dict, reference) <= 1e-5
     assert max_abs_difference(result.state_dict, article_model(RECIPE).state_dict()) > 1e-3  # it trained
     full = {k: tuple(v.shape) for k, v in reference.items()}
@@ -40,12 +52,48 @@ def test_fully_shard_equals_single_process_and_shards_follow_chunk(nproc, refere
             assert tuple(shape) == want, (r, name, shape, want)
     model = article_model(RECIPE)
     est = estimate(model, "fp32", "adam", "zero3", ranks=nproc).components
-    rank0 = result.ranks[0]["bytes"]
-    assert rank0 == {k: est[k] for k in ("parameters", "gradients", "optimizer state")}
+    assert result.ranks[0]["bytes"] == {k: est[k] for k in STATE}
     whole = sum(p.numel() for p in model.parameters()) * 4
     assert sum(r["bytes"]["parameters"] for r in result.ranks) == whole
-    if layered:
+    # Stored shards are padded to the first chunk's size: every rank stores rank 0's bytes, more than its rows.
+    for report in result.ranks:
+        assert {k: report["stored bytes"][k] for k in ("parameters", "gradients")} == {
+            k: est[k] for k in ("parameters", "gradients")}
+    assert any(r["stored bytes"]["parameters"] > r["bytes"]["parameters"] for r in result.ranks[1:])
+    assert all(r["stored bytes"]["optimizer state"] == r["bytes"]["optimizer state"] for r in result.ranks)
+    if nproc == 3:
         assert_collectives_per_step(result.ranks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_probe_step_matches_the_fsdp2_model(nproc, launches):
+    """Stored bytes exactly; the peak within the FSDP2 model with the CPU's copies (``on_cpu``): at most its
+    activations below (backward frees them as it goes), at most one reduce-scatter buffer above (gloo copies
+    the reduce-scatter's input)."""
+    meta = probe_model("meta")
+    for report in launches[nproc].ranks:
+        measured = {m["setting"]: m for m in report["probe"]}
+        assert list(measured) == list(PROBE_SETTINGS)
+        for name, m in measured.items():
+            policy, reshard = PROBE_SETTINGS[name]
+            e = estimate(meta, "fp32" if policy is None else "bf16-mixed", "adam", "zero3", nproc,
+                         activations=m["activations"], units=list(meta), reshard_after_forward=reshard, on_cpu=True)
+            assert {k: m["storage"][k] for k in ("parameters", "gradients")} == {
+                k: e.components[k] for k in ("parameters", "gradients")}, (name, report["rank"])
+            assert m["storage"]["optimizer state"] <= e.components["optimizer state"]
+            low = e.peak.total - m["activations"] - (e.components["optimizer state"] - m["storage"]["optimizer state"])
+            high = e.peak.total + e.peak.largest_buffer
+            assert low <= m["peak"] <= high, (name, report["rank"], low, m["peak"], high)
+            # each unit is gathered for forward and again for backward, unless it stays gathered
+            assert m["all-gathers"] == PROBE_LAYERS * (2 if reshard else 1) and m["reduce-scatters"] == PROBE_LAYERS
+            compute = 4 if policy is None else policy[0].itemsize  # one unit gathered, padded, in the compute dtype
+            gathered = sum(padded_numel(p.shape, nproc) for p in meta[0].parameters()) * nproc * compute
+            assert m["all-gather bytes"] == m["all-gathers"] * gathered
+        # keeping the units gathered costs memory and saves the backward all-gathers
+        kept, default = measured["fp32, kept after forward"], measured["fp32"]
+        assert kept["peak"] > default["peak"] and kept["all-gathers"] < default["all-gathers"]
+        assert measured["bf16-mixed"]["peak"] < default["peak"]
 
 
 def assert_collectives_per_step(ranks):

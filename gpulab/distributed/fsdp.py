@@ -34,12 +34,14 @@ def recipe_args(recipe) -> list[str]:
 
 def train_fsdp(nproc: int, recipe=None, *, timeout: float = 300.0,
                on_line: Callable[[str], None] | None = None, save_dcp: str | Path | None = None,
-               resume: str | Path | None = None, per_layer: bool = False, profile: bool = False) -> FSDPResult:
+               resume: str | Path | None = None, per_layer: bool = False, profile: bool = False,
+               probe: bool = False) -> FSDPResult:
     """Train ``recipe`` (default: the article's) with ``nproc`` FSDP2 ranks (gloo, CPU mesh).
 
     ``save_dcp``: a folder for a distributed checkpoint after ``recipe.epochs``; ``resume``: such a folder,
     saved at any rank count, to continue from (up to ``recipe.epochs``). ``per_layer``: each layer is its
     own FSDP unit. ``profile``: each rank's report gains ``"profile"`` (read it with :func:`schedule`).
+    ``probe``: it gains ``"probe"``, one step of ``gpulab.distributed.fsdp_probe``'s model per setting, measured.
     """
     import torch
 
@@ -52,7 +54,7 @@ def train_fsdp(nproc: int, recipe=None, *, timeout: float = 300.0,
         args = recipe_args(recipe) + ["--out", tmp]
         args += ["--dcp", str(save_dcp)] if save_dcp is not None else []
         args += ["--resume", str(resume)] if resume is not None else []
-        args += ["--per-layer"] * per_layer + ["--profile"] * profile
+        args += ["--per-layer"] * per_layer + ["--profile"] * profile + ["--probe"] * probe
         result = launch("gpulab.distributed.fsdp_worker", args, nproc=nproc, timeout=timeout, backend="gloo",
                         on_line=on_line)
         ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(nproc)]

@@ -11,6 +11,8 @@ shards). Rank 0 gathers the full weights (``full_tensor()``) into ``DIR/model.pt
 ``--per-layer`` shards each layer as its own unit before the root (FSDP's usual wrapping: one layer's
 weights gathered at a time). ``--profile`` runs training under ``torch.profiler`` and adds to the rank's
 report the names of FSDP's events in the first step, in order, and how many collectives of each kind ran.
+``--probe`` then measures one step of a separate probe model per setting (fp32, the bf16 policy, fp32 kept
+gathered after forward: ``gpulab.distributed.fsdp_probe``) and adds it to the report.
 """
 
 from __future__ import annotations
@@ -38,14 +40,23 @@ def local(t: torch.Tensor) -> torch.Tensor:
 
 
 def shard_report(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """Local shard shapes and the bytes of parameters, gradients and optimizer state on this rank."""
+    """Local shard shapes and the bytes of parameters, gradients and optimizer state on this rank.
+
+    ``bytes`` counts the shards' own numbers (``to_local().nbytes``); ``stored bytes`` the storage behind them,
+    which FSDP2 pads to the first chunk's size (``untyped_storage().nbytes()``; a unit's gradient shards share
+    one storage, counted once).
+    """
+    from gpulab.distributed.fsdp_probe import _storage_bytes
+
     params = dict(model.named_parameters())
-    state = [v for p in params.values() for v in optimizer.state.get(p, {}).values() if isinstance(v, torch.Tensor)]
+    state = [local(v) for p in params.values() for v in optimizer.state.get(p, {}).values() if isinstance(v, torch.Tensor)]
+    grads = [local(p.grad) for p in params.values() if p.grad is not None]
     return {"shapes": {name: list(local(p).shape) for name, p in params.items()},
             "full shapes": {name: list(p.shape) for name, p in params.items()},
             "bytes": {"parameters": sum(local(p).nbytes for p in params.values()),
-                      "gradients": sum(local(p.grad).nbytes for p in params.values() if p.grad is not None),
-                      "optimizer state": sum(local(v).nbytes for v in state)}}
+                      "gradients": sum(g.nbytes for g in grads), "optimizer state": sum(v.nbytes for v in state)},
+            "stored bytes": {"parameters": _storage_bytes(local(p) for p in params.values()),
+                             "gradients": _storage_bytes(grads), "optimizer state": _storage_bytes(state)}}
 
 
 def save_dcp(folder: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, epochs: int, rank: int) -> None:
@@ -108,6 +119,10 @@ def train(args: argparse.Namespace, rank: int, world: int) -> None:
     report = {"rank": rank, "world_size": world, **shard_report(model, optimizer)}
     if profiling is not None:
         report["profile"] = profiler_report(profiling)
+    if args.probe:  # a model of its own: the trained weights stay as they are
+        from gpulab.distributed.fsdp_probe import PROBE_SETTINGS, measure
+
+        report["probe"] = [measure(mesh, name) for name in PROBE_SETTINGS]
     write_json(out / f"rank{rank}.json", report)
     full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
     if rank == 0:  # full_tensor() is a collective: every rank gathers, rank 0 saves
@@ -124,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--resume", help="resume from a DCP folder saved by --dcp, at any rank count")
     p.add_argument("--per-layer", action="store_true", help="shard each layer as its own unit, then the root")
     p.add_argument("--profile", action="store_true", help="record FSDP's events and collectives (torch.profiler)")
+    p.add_argument("--probe", action="store_true", help="measure one step of a probe model per setting "
+                   "(gpulab.distributed.fsdp_probe): padded shards, peak bytes, all-gathers")
     p.add_argument("--pg-timeout", type=float, default=120.0, help="seconds any collective may wait")
     args = p.parse_args(argv)
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
