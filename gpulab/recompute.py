@@ -42,6 +42,29 @@ class BlockMLP(nn.Module):
         return self.head(x)
 
 
+def kept_for_backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[tuple[int, ...], int]:
+    """How many distinct tensors one forward + MSE loss keeps for backward, by shape (parameters left out).
+
+    Counted with ``torch.autograd.graph.saved_tensors_hooks``, once per storage: a ``Linear`` keeps its input,
+    which is the previous ``ReLU``'s output, so the two count once. Under non-reentrant checkpointing a block's
+    own saved tensors are dropped; what the outer hook still sees is what the checkpoint keeps (the block's input).
+    """
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept: dict[int, tuple[int, ...]] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() not in weights:
+            kept[t.untyped_storage().data_ptr()] = tuple(t.shape)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        nn.functional.mse_loss(model(x), y)
+    shapes: dict[tuple[int, ...], int] = {}
+    for shape in kept.values():
+        shapes[shape] = shapes.get(shape, 0) + 1
+    return shapes
+
+
 def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, repeats: int = 5) -> float:
     """Median seconds of one forward + backward of ``model`` on ``(x, y)`` (MSE loss), after a warm-up step.
 

@@ -39,6 +39,15 @@ def test_compare_measures_fewer_activation_bytes_with_checkpointing(blocks):
     assert model.checkpointing is False  # restored
 
 
+def test_kept_for_backward_counts_each_storage_once(blocks):
+    model, x, y = blocks
+    # Off: the batch and the 6 layer outputs (each Linear's input is the ReLU output before it); the MSE loss
+    # keeps the prediction and the targets.
+    assert recompute.kept_for_backward(model, x, y) == {(64, 16): 1 + 6, (64, 1): 2}
+    model.checkpointing = True  # each block keeps its input; the head keeps the last block's output
+    assert recompute.kept_for_backward(model, x, y) == {(64, 16): 3, (64, 1): 2}
+
+
 def test_timeline_categories_add_up_to_the_peak(blocks):
     model, x, y = blocks
     timeline = memory.profiled_timeline(model, x, y)
