@@ -9,24 +9,29 @@ event list says how long each one took:
 - ``optimizer``: ``optimizer.step()`` and ``zero_grad``.
 
 On a GPU work is queued asynchronously, so each block ends with ``gpulab.devices.synchronize``:
-the labels then cover the device's work, not only its launch. Example::
+the labels then cover the device's work, not only its launch. The steps follow a
+``torch.profiler.schedule``, the way long runs are profiled: ``wait`` steps with the profiler off,
+``warmup`` steps with it on but discarded (its own start-up costs), then ``steps`` recorded ones.
+Example::
 
     from gpulab import profiling
     prof = profiling.profile_steps(model, optimizer, loader, steps=5, trace_path="runs/trace.json")
     prof.per_phase_ms()          # {'data': ..., 'forward': ..., 'backward': ..., 'optimizer': ...}
     print(prof.table(10))        # the top operators, from prof.profiler.key_averages()
+    prof.calls("aten::select")   # how often one operator ran
     profiling.plot_timeline(prof)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import torch
 from torch import nn
-from torch.profiler import ProfilerActivity, profile, record_function
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from gpulab import devices
 
@@ -74,12 +79,13 @@ def per_phase_ms(events: Sequence[PhaseEvent]) -> dict[str, float]:
 
 @dataclass
 class StepProfile:
-    """What ``profile_steps`` measured: the profiler itself, the phase events, the trace file (or None)."""
+    """What ``profile_steps`` measured: the profiler, the phase events, the trace file (or None), the batch sizes."""
 
     profiler: profile
     events: list[PhaseEvent]
     trace_path: Path | None
     steps: int
+    batch_sizes: list[int] = field(default_factory=list)  # rows of each recorded step's batch
 
     def per_phase_ms(self) -> dict[str, float]:
         """Mean milliseconds per step of each phase."""
@@ -92,6 +98,17 @@ class StepProfile:
     def table(self, row_limit: int = 10) -> str:
         """The operators that took the most CPU time in total (``key_averages().table``)."""
         return self.profiler.key_averages().table(sort_by="cpu_time_total", row_limit=row_limit)
+
+    def calls(self, name: str) -> int:
+        """How many times the operator (or label) ``name`` ran in the recorded steps; 0 if never."""
+        return sum(e.count for e in self.profiler.key_averages() if e.key == name)
+
+
+def trace_steps(path: str | Path) -> list[int]:
+    """The step numbers a Chrome trace holds (its ``ProfilerStep#N`` events, written under a schedule), sorted."""
+    events = json.loads(Path(path).read_text()).get("traceEvents", [])
+    return sorted({int(e["name"].split("#", 1)[1]) for e in events
+                   if str(e.get("name", "")).startswith("ProfilerStep#")})
 
 
 def _batches(loader: Iterable):
@@ -111,22 +128,28 @@ def _check_count(value: object, what: str, minimum: int) -> int:
 
 
 def profile_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Iterable, *, steps: int = 5,
-                  warmup: int = 1, loss_fn: Callable | None = None, device: str | torch.device = "cpu",
+                  wait: int = 1, warmup: int = 1, loss_fn: Callable | None = None, device: str | torch.device = "cpu",
                   trace_path: str | Path | None = None) -> StepProfile:
-    """Train ``steps`` steps under ``torch.profiler`` (after ``warmup`` unprofiled ones), phases labelled.
+    """Train under ``torch.profiler.schedule(wait=wait, warmup=warmup, active=steps)``, phases labelled.
 
-    ``loader`` yields ``(x, y)`` batches and is restarted when it runs out. ``trace_path`` (optional)
-    receives a Chrome/Perfetto trace (open it at https://ui.perfetto.dev or chrome://tracing).
+    ``wait`` steps run with the profiler off (the first call of anything pays one-off costs),
+    ``warmup`` steps with it on but discarded (torch warns that 0 skews the results), then ``steps``
+    are recorded. ``loader`` yields ``(x, y)`` batches and is restarted when it runs out.
+    ``trace_path`` (optional) receives the recorded steps as a Chrome/Perfetto trace, written by the
+    profiler's ``on_trace_ready`` callback (open it at https://ui.perfetto.dev or chrome://tracing).
     """
-    steps, warmup = _check_count(steps, "steps", 1), _check_count(warmup, "warmup", 0)
+    steps, wait = _check_count(steps, "steps", 1), _check_count(wait, "wait", 0)
+    warmup = _check_count(warmup, "warmup", 1)
     device = devices.pick_device(device)
     loss_fn = loss_fn or nn.MSELoss()
     batches = _batches(loader)
     sync = devices.synchronize
+    sizes: list[int] = []  # rows of every step's batch, recorded or not
 
     def step() -> None:
         with record_function(LABEL + "data"):
             x, y = next(batches)
+            sizes.append(len(x))
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             sync(device)
         with record_function(LABEL + "forward"):
@@ -140,19 +163,22 @@ def profile_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loader: It
             optimizer.zero_grad(set_to_none=True)
             sync(device)
 
-    model.train()
-    for _ in range(warmup):
-        step()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
-        for _ in range(steps):
-            step()
-    path = None
-    if trace_path is not None:
-        path = Path(trace_path)
+    path = None if trace_path is None else Path(trace_path)
+    if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(path))
-    return StepProfile(prof, phase_events(prof.events()), path, steps)
+
+    def write_trace(p: profile) -> None:
+        if path is not None:
+            p.export_chrome_trace(str(path))
+
+    model.train()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    plan = schedule(wait=wait, warmup=warmup, active=steps, repeat=1)
+    with profile(activities=activities, schedule=plan, on_trace_ready=write_trace) as prof:
+        for _ in range(wait + warmup + steps):
+            step()
+            prof.step()
+    return StepProfile(prof, phase_events(prof.events()), path, steps, sizes[wait + warmup:])
 
 
 def plot_timeline(result: StepProfile | Sequence[PhaseEvent], ax=None):

@@ -1,4 +1,4 @@
-"""gpulab.profiling (the four phases of a step under torch.profiler) and gpulab.compiling (can compile work here)."""
+"""gpulab.profiling (the four phases of a step under torch.profiler) and gpulab.compiling (can compile work here, Adam)."""
 
 from __future__ import annotations
 
@@ -47,11 +47,34 @@ def test_phase_times_are_positive_and_fit_in_the_span(profiled):
 
 
 def test_the_table_and_the_trace_file(profiled):
-    table = profiled.table(15)
+    table = profiled.table(25)
     assert "aten::addmm" in table and "phase/backward" in table
     data = json.loads(profiled.trace_path.read_text())
     names = {e.get("name") for e in data["traceEvents"]}
     assert {f"phase/{p}" for p in profiling.PHASES} <= names
+
+
+def test_the_schedule_records_only_the_active_steps(profiled):
+    # wait=1 and warmup=1 by default: the trace holds ProfilerStep#2..#4, the first two steps are not in it
+    assert profiling.trace_steps(profiled.trace_path) == [2, 3, 4]
+    assert profiled.calls("ProfilerStep*") == 3 and profiled.calls("phase/forward") == 3
+    assert profiled.calls("no such operator") == 0
+
+
+def test_batch_sizes_and_the_select_per_row_of_a_tensor_dataset(profiled):
+    # 404 training rows in batches of 128: steps 3, 4, 5 of an epoch get 128, 20 (the short last batch), 128
+    assert profiled.batch_sizes == [128, 20, 128]
+    # TensorDataset.__getitem__ indexes each of its two tensors: two aten::select per row fetched
+    assert profiled.calls("aten::select") == 2 * sum(profiled.batch_sizes)
+
+
+def test_wait_and_warmup_move_the_recorded_steps(tmp_path):
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [(torch.ones(n, 2), torch.ones(n, 1)) for n in (1, 2, 3, 4, 5)]
+    prof = profiling.profile_steps(model, opt, batches, steps=2, wait=2, warmup=1, trace_path=tmp_path / "t.json")
+    assert prof.batch_sizes == [4, 5] and profiling.trace_steps(prof.trace_path) == [3, 4]
+    assert len(prof.events) == 2 * len(profiling.PHASES)
 
 
 def test_timeline_plot(profiled):
@@ -85,6 +108,10 @@ def test_profile_steps_rejects_bad_input():
         profiling.profile_steps(model, opt, [(torch.ones(1, 2), torch.ones(1, 1))], steps=0)
     with pytest.raises(ValueError, match="the loader gave no batch"):
         profiling.profile_steps(model, opt, [], steps=1)
+    with pytest.raises(ValueError, match="warmup=0 must be an integer >= 1"):
+        profiling.profile_steps(model, opt, [(torch.ones(1, 2), torch.ones(1, 1))], warmup=0)
+    with pytest.raises(ValueError, match="wait=-1 must be an integer >= 0"):
+        profiling.profile_steps(model, opt, [(torch.ones(1, 2), torch.ones(1, 1))], wait=-1)
 
 
 # ----------------------------------------------------------------------------- compiling
@@ -121,8 +148,43 @@ def test_a_compiler_on_path_means_yes(monkeypatch):
 
 
 def test_compile_timing_speedup():
-    t = compiling.CompileTiming(first_step_s=20.0, eager_step_s=0.002, compiled_step_s=0.001)
+    t = compiling.CompileTiming(first_step_s=20.0, eager_step_s=0.002, compiled_step_s=0.001, code=("# code",))
     assert t.speedup == 2.0 and t.to_dict()["speedup"] == 2.0
+    assert "code" not in t.to_dict() and t.code == ("# code",)
+
+
+def test_adam_default_is_the_for_loop_on_cpu_and_unknown_without_the_private_function(monkeypatch):
+    params = list(torch.nn.Linear(2, 1).parameters())
+    assert compiling.adam_default_impl(params) == "for-loop"  # no foreach kernels for CPU tensors
+    import torch.optim.optimizer as optimizer_module
+
+    monkeypatch.setattr(optimizer_module, "_default_to_fused_or_foreach", lambda *a, **k: (False, True))
+    assert compiling.adam_default_impl(params) == "foreach"
+    monkeypatch.delattr(optimizer_module, "_default_to_fused_or_foreach")
+    assert compiling.adam_default_impl(params) == "unknown"
+
+
+def test_check_cpu_instructions_asks_inductor_once_and_says_none_without_it(monkeypatch):
+    import torch._inductor.cpu_vec_isa as isa
+
+    asked = []
+    monkeypatch.setattr(isa, "pick_vec_isa", lambda: asked.append(1) or "avx2")
+    assert compiling.check_cpu_instructions() == "avx2" and asked == [1]
+    monkeypatch.delattr(isa, "pick_vec_isa")
+    assert compiling.check_cpu_instructions() is None
+
+
+def test_time_adam_times_each_variant_on_its_own_copy():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    before = model.weight.detach().clone()
+    times = compiling.time_adam(model, torch.randn(8, 3), torch.randn(8, 1), {"default": {}, "fused": {"fused": True}},
+                                min_run_time=0.01)
+    assert list(times) == ["default", "fused"]
+    assert all(step > 0 and opt > 0 for step, opt in times.values())
+    assert torch.equal(model.weight, before)  # the caller's model is not trained
+    with pytest.raises(ValueError, match="variants is empty"):
+        compiling.time_adam(model, torch.randn(8, 3), torch.randn(8, 1), {})
 
 
 def test_training_step_updates_the_weights_and_clears_gradients():
