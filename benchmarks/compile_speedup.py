@@ -4,7 +4,8 @@
 
 The model is the article's ``Net1(13, 16, 32, 1)`` (``--hidden`` changes the two hidden layers),
 trained with Adam on random data of the Boston shape; ``gpulab.compiling.measure_compile`` times
-the first compiled step (compiling included) and the median eager and compiled steps.
+the first compiled step (compiling included) and the median eager and compiled steps. Only the model
+(its forward and backward) is compiled: the loss and Adam's step run eagerly in both.
 Inductor's on-disk caches are off, so the compile is cold even on a second run; ``--cached`` uses them
 (what a second run of an ordinary program gets).
 Prints figures; passes or fails nothing.

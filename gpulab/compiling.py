@@ -1,11 +1,14 @@
-"""``torch.compile`` on this machine: can it work here, and what does it buy for one training step?
+"""``torch.compile`` on this machine: can it work here, what does it build, and what does it buy for one step?
 
 On a CPU, torch.compile's default backend (**inductor**) writes C++ code for the model's graph and
 builds it with a C++ compiler: the one named by the ``CXX`` environment variable, else ``g++``
 (``clang++`` on macOS, ``cl`` on Windows), the same search as ``torch._inductor.cpp_builder``.
 On a CUDA GPU it writes Triton kernels instead, so it needs the ``triton`` package.
 :func:`compile_support` says which applies; :func:`measure_compile` times the first (compiling)
-step and the steady state of eager and compiled steps, with ``gpulab.bench.time_call``.
+step and the steady state of eager and compiled steps, with ``gpulab.bench.time_call``, and can keep
+the code inductor wrote (read it with :mod:`gpulab.compiled`). :func:`time_adam` times Adam's
+implementations; :func:`adam_default_impl` names the default. Each private torch function is used in one
+small guarded helper (:func:`check_cpu_instructions`, :func:`adam_default_impl`, and in :mod:`gpulab.compiled`).
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ import shutil
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass
-from typing import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable
 
 import torch
 from torch import nn
 
 from gpulab import bench, devices
+from gpulab.compiled import output_code
 
 
 def cxx_candidates(platform: str | None = None, env: dict | None = None) -> list[str]:
@@ -70,11 +74,16 @@ def skip_message(support: dict) -> str:
 
 @dataclass(frozen=True)
 class CompileTiming:
-    """First compiled step (compiling included) and steady-state step times, in seconds."""
+    """First compiled step (compiling included) and steady-state step times, in seconds.
+
+    ``code`` holds the Python modules inductor wrote during the first step (one per compiled graph:
+    the forward, then the backward), when :func:`measure_compile` was asked to keep them.
+    """
 
     first_step_s: float
     eager_step_s: float
     compiled_step_s: float
+    code: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def speedup(self) -> float:
@@ -82,8 +91,9 @@ class CompileTiming:
         return self.eager_step_s / self.compiled_step_s
 
     def to_dict(self) -> dict:
-        """A JSON-friendly dict, speed-up included."""
-        return {**asdict(self), "speedup": self.speedup}
+        """A JSON-friendly dict of the times, speed-up included (the code left out)."""
+        times = {k: v for k, v in asdict(self).items() if k != "code"}
+        return {**times, "speedup": self.speedup}
 
 
 def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -94,15 +104,34 @@ def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.T
     optimizer.zero_grad(set_to_none=True)
 
 
-def measure_compile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: float = 0.01,
-                    min_run_time: float = 0.3, device: str | torch.device = "cpu", fresh: bool = True) -> CompileTiming:
-    """Time one training step of ``model`` (Adam, MSE) eager and under ``torch.compile(copy)``.
+def check_cpu_instructions() -> str | None:
+    """Run inductor's once-per-machine check of the CPU's vector instructions now; their name, or None.
 
+    Inductor builds and loads a small test program per instruction set (``pick_vec_isa`` in the private
+    ``torch._inductor.cpu_vec_isa``) the first time it compiles for a CPU, keeps the builds in its
+    on-disk cache and the answer in memory for the rest of the process. None where this torch lacks it.
+    """
+    try:
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+    except ImportError:
+        return None
+    return str(pick_vec_isa())
+
+
+def measure_compile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: float = 0.01,
+                    min_run_time: float = 0.3, device: str | torch.device = "cpu", fresh: bool = True,
+                    keep_code: bool = False) -> CompileTiming:
+    """Time :func:`training_step` of ``model`` (Adam, MSE) eager and with ``torch.compile(copy of model)``.
+
+    Only the model is compiled: its forward and, built with it by AOTAutograd, its backward. The MSE
+    loss (forward and backward), ``optimizer.step()`` and ``zero_grad`` run eagerly in both steps.
     The first compiled step is timed alone (tracing, code generation and the C++ build happen
     there); then both kinds of step are timed in the steady state. ``fresh`` compiles with
     inductor's on-disk caches off (``torch.compiler.config.force_disable_caches``), so the first
-    step is a cold compile even when this ran before. Raises ValueError where
-    :func:`compile_support` says no.
+    step is a cold compile of the model even when this ran before. On a CPU the machine's one-off
+    check of its vector instructions (:func:`check_cpu_instructions`) runs before the clock starts,
+    with the caches as they are: only a machine's first compile ever pays it. ``keep_code`` keeps
+    inductor's code in ``.code`` (:func:`output_code`). Raises ValueError where :func:`compile_support` says no.
     """
     support = compile_support(device)
     if not support["ok"]:
@@ -114,14 +143,57 @@ def measure_compile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: f
     opt_e = torch.optim.Adam(eager.parameters(), lr=lr)
     opt_c = torch.optim.Adam(compiled_model.parameters(), lr=lr)
     x, y = x.to(dev), y.to(dev)
+    if dev.type == "cpu":
+        check_cpu_instructions()
     devices.synchronize(dev)
+    code: list[str] = []
     with torch.compiler.config.patch(force_disable_caches=bool(fresh)), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*force_disable_caches")  # says caches are off: we know
         start = time.perf_counter()
-        training_step(compiled, opt_c, x, y)
+        if keep_code:
+            _, code = output_code(lambda: training_step(compiled, opt_c, x, y))
+        else:
+            training_step(compiled, opt_c, x, y)
         devices.synchronize(dev)
         first = time.perf_counter() - start
     env = {"step": training_step, "x": x, "y": y}
     eager_s, _ = bench.time_call("step(m, o, x, y)", {**env, "m": eager, "o": opt_e}, dev, min_run_time=min_run_time)
     comp_s, _ = bench.time_call("step(m, o, x, y)", {**env, "m": compiled, "o": opt_c}, dev, min_run_time=min_run_time)
-    return CompileTiming(first, eager_s, comp_s)
+    return CompileTiming(first, eager_s, comp_s, tuple(code))
+
+
+def adam_default_impl(params: Iterable[torch.Tensor]) -> str:
+    """``"foreach"`` or ``"for-loop"``: the implementation ``torch.optim.Adam`` picks for ``params`` by default.
+
+    Asks ``torch.optim.optimizer._default_to_fused_or_foreach`` (private), as Adam does; ``"unknown"``
+    where this torch has no such function.
+    """
+    try:
+        from torch.optim.optimizer import _default_to_fused_or_foreach
+    except ImportError:
+        return "unknown"
+    _, foreach = _default_to_fused_or_foreach(list(params), differentiable=False, use_fused=False)
+    return "foreach" if foreach else "for-loop"
+
+
+def time_adam(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variants: dict[str, dict], *, lr: float = 0.01,
+              min_run_time: float = 0.1, device: str | torch.device = "cpu") -> dict[str, tuple[float, float]]:
+    """Seconds of one :func:`training_step` and of ``optimizer.step()`` alone, per Adam variant.
+
+    ``variants`` maps a name to ``torch.optim.Adam`` keywords, e.g. ``{"default": {}, "fused": {"fused": True}}``;
+    each variant trains its own copy of ``model``.
+    """
+    if not variants:
+        raise ValueError("variants is empty: give at least one, e.g. {'default': {}}")
+    dev = devices.pick_device(device)
+    x, y = x.to(dev), y.to(dev)
+    out = {}
+    for name, kwargs in variants.items():
+        m = copy.deepcopy(model).to(dev)
+        opt = torch.optim.Adam(m.parameters(), lr=lr, **kwargs)
+        env = {"step": training_step, "m": m, "o": opt, "x": x, "y": y}
+        step_s, _ = bench.time_call("step(m, o, x, y)", env, dev, min_run_time=min_run_time)
+        nn.functional.mse_loss(m(x), y).backward()  # gradients for the optimizer alone
+        opt_s, _ = bench.time_call("o.step()", env, dev, min_run_time=min_run_time)
+        out[name] = (step_s, opt_s)
+    return out
