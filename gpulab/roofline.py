@@ -99,6 +99,11 @@ class Roofline:
 
 #: The published FP32 figures of an H200 SXM (no Tensor Cores), for when no GPU run is recorded.
 H200_SPEC = Roofline("NVIDIA H200 SXM (spec sheet, FP32)", 67e12, 4.8e12, source=H200_URL)
+#: The spec sheet's BF16 Tensor Core figure, 1,979 TFLOPS, is "with sparsity" (2:4 structured sparsity,
+#: half the multiplies skipped); dense matrix products, what training runs, reach at most half of it.
+H200_BF16_SPARSE_FLOPS = 1979e12
+H200_BF16_SPEC = Roofline("NVIDIA H200 SXM (spec sheet, BF16 Tensor Cores, dense)", H200_BF16_SPARSE_FLOPS / 2,
+                          4.8e12, source=H200_URL)
 
 
 def measure_roofline(device: str | torch.device = "cpu", sizes: Sequence[int] | None = None,

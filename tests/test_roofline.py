@@ -84,6 +84,14 @@ def test_ridge_point_and_classification():
     assert roofline.H200_SPEC.ridge == pytest.approx(67e12 / 4.8e12) and roofline.H200_SPEC.source.startswith("https://")
 
 
+def test_the_tensor_core_roof_is_dense_bf16_and_its_ridge_far_above_fp32():
+    tc = roofline.H200_BF16_SPEC
+    assert tc.peak_flops == pytest.approx(1979e12 / 2)  # the spec sheet's figure is with 2:4 sparsity
+    assert tc.bandwidth == roofline.H200_SPEC.bandwidth and tc.source == roofline.H200_SPEC.source
+    assert tc.ridge == pytest.approx(989.5e12 / 4.8e12) and tc.ridge > 10 * roofline.H200_SPEC.ridge
+    assert "dense" in tc.name and "BF16" in tc.name
+
+
 @pytest.mark.parametrize("bad", [0, -1.0, math.nan, math.inf, "10", True, None])
 def test_bad_machine_figures_raise_one_line_errors(bad):
     for call in (lambda: roofline.ridge_point(bad, 1e9), lambda: roofline.ridge_point(1e9, bad),
