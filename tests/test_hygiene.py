@@ -13,15 +13,20 @@ Rules enforced here:
   their real titles (`python scripts/readme_index.py --nav` writes it).
 - README's index block equals what scripts/readme_index.py generates.
 - At least half of all code cells are compared by nbval (counted by scripts/nbreport.py).
-- .ci/run runs `make test` and nothing else; the Makefile runs pytest-xdist only with `--dist loadfile`.
+- .ci/run starts with `make test`; every pytest run of course.py with `-n` uses `--dist loadfile`.
+- README's quick start: the folder, then `lab` in its make, Windows and conda forms; `test` is for
+  teachers and contributors; its plain commands are what `course.py test` runs.
+- Every relative link of README.md, TEACHING.md and TROUBLESHOOTING.md reaches a file (and a heading).
 - git tracks no virtualenv, checkpoints or caches.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,6 +42,9 @@ MACHINE_PATHS = ("/tmp/", "/work/", "/root/", "/home/", "/opt/", "/Users/", "C:\
 JUNK = {".venv", ".ipynb_checkpoints", "__pycache__", ".pytest_cache"}
 
 
+_spec = importlib.util.spec_from_file_location("gpulab_course", ROOT / "course.py")
+course = sys.modules.setdefault("gpulab_course", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(course)
 readme_index = load_script("readme_index")
 nbreport = load_script("nbreport")
 nb_ids = [p.name for p in NOTEBOOKS]
@@ -172,24 +180,28 @@ def test_ci_runs_make_test_and_only_what_the_readme_shows():
     assert not unknown, f".ci/run runs commands the README does not show: {unknown}"
 
 
-def _makefile_commands() -> list[str]:
-    text = (ROOT / "Makefile").read_text(encoding="utf-8").replace("\\\n", " ")
-    return [ln.strip() for ln in text.splitlines() if "pytest" in ln]
+def _pytest_runs() -> list[list[str]]:
+    """Every pytest command line that a course.py command runs."""
+    runs = []
+    for command in course.HELP:
+        runs += [step.argv for step in course.plan(command, paths=["notebooks/01_why_gpus.ipynb"])
+                 if step.argv[1:3] == ["-m", "pytest"]]
+    return runs
 
 
-def test_makefile_parallel_pytest_uses_loadfile():
-    commands = _makefile_commands()
-    assert any("--nbval" in c or "$(NBVAL)" in c for c in commands), "the Makefile never runs nbval"
-    bad = [c for c in commands if re.search(r"(^|\s)-n\s", c) and "--dist loadfile" not in c]
+def test_parallel_pytest_uses_loadfile():
+    runs = _pytest_runs()
+    assert any("--nbval" in run for run in runs), "no course.py command runs nbval"
+    bad = [run for run in runs if "-n" in run and "loadfile" not in run]
     assert not bad, f"pytest -n without --dist loadfile splits a notebook over workers: {bad}"
 
 
 def test_test_target_runs_tests_and_notebooks():
-    text = (ROOT / "Makefile").read_text(encoding="utf-8").replace("\\\n", " ")
-    m = re.search(r"^test:[^\n]*\n((?:\t[^\n]*\n?)+)", text, re.M)
-    assert m, "the Makefile has no `test:` target"
-    recipe = m.group(1)
-    assert re.search(r"pytest.*\btests\b.*\bnotebooks\b", recipe), "`make test` must run pytest over tests and notebooks"
+    make = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = r"^test:\n\t\$\(COURSE\) test --jobs \$\(JOBS\)$"
+    assert re.search(recipe, make, re.M), "`make test` must call course.py test"
+    run = course.plan("test")[0].argv
+    assert run[1:3] == ["-m", "pytest"] and "tests" in run and "notebooks" in run and "--durations=15" in run
 
 
 def test_git_tracks_no_junk():
@@ -291,18 +303,39 @@ def test_classify_cell_rejects_markdown():
         nbreport.classify_cell(_md("# title"))
 
 
-def _squash(text: str) -> str:
-    return re.sub(r"\s+", " ", text.replace("\\\n", " "))
+def _section(text: str, heading: str) -> str:
+    return text.split(heading + "\n", 1)[1].split("\n## ", 1)[0]
 
 
 def test_readme_quick_start_and_plain_commands_match_makefile():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    quick = readme.split("## Quick start", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
-    assert [ln.split("#")[0].strip() for ln in quick.splitlines()] == ["make lab", "make test"], (
-        "README Quick start must show exactly `make lab` then `make test`"
-    )
-    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
-    nbval = re.search(r"^NBVAL\s*:?=\s*(.+)$", makefile, re.M)
-    assert nbval, "Makefile defines no NBVAL flags"
-    assert nbval.group(1).strip() in _squash(readme), "README's plain pytest command lacks the Makefile's NBVAL flags"
-    assert "-c constraints.txt -e '.[test]'" in makefile and "-c constraints.txt -e '.[test]'" in readme
+    quick = _section(readme, "## Quick start")
+    assert "git clone" in quick and "Download ZIP" in quick, "the quick start must say how to get the folder"
+    forms = re.search(r"^\| `make lab` \| `py course.py lab`.*\| `conda env create -f environment.yml`.*"
+                      r"`python course.py lab --no-venv` \|$", quick, re.M)
+    assert forms, "the quick start shows `lab` as make, Windows (py course.py) and conda, side by side"
+    assert "make test" not in quick.split("For teachers and contributors", 1)[0], "learners get `lab` first"
+    for tool, name in re.findall(r"`(make|course\.py) ([a-z-]+)", readme):
+        assert name in course.HELP, f"README shows `{tool} {name}`, which is no course.py command"
+    plain = _section(readme, "### What `course.py` runs").split("```bash\n")
+    test_block, install_block = (block.split("```", 1)[0].strip().splitlines() for block in plain[1:3])
+    assert test_block == [step.shown() for step in course.plan("test")], "README: what `make test` runs"
+    assert install_block[1:] == [
+        ".venv/bin/python -m pip install --quiet --upgrade pip",
+        ".venv/bin/python -m pip install --quiet -c constraints.txt -e '.[test]'"]
+    assert course.NBVAL == test_block[0].split(" tests notebooks ", 1)[1].split()
+
+
+def test_troubleshooting_is_linked_and_every_link_arrives():
+    from doc_links import anchors, links
+
+    docs = ["README.md", "TEACHING.md", "TROUBLESHOOTING.md"]
+    for doc in docs:
+        for file, anchor in links(ROOT / doc):
+            target = ROOT / doc if not file else (ROOT / doc).parent / file
+            assert target.exists(), f"{doc} links to {file}, which does not exist"
+            if anchor and target.suffix == ".md":
+                assert anchor in anchors(target), f"{doc} links to {file}#{anchor}: no such heading"
+    for doc in ("README.md", "TEACHING.md"):
+        assert "(TROUBLESHOOTING.md" in (ROOT / doc).read_text(encoding="utf-8"), f"{doc} must link TROUBLESHOOTING.md"
+    assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License")
