@@ -3,7 +3,8 @@
 Each check returns a ``Check``: ``OK``, ``NOTE`` (works, with advice: e.g. a multi-GB CUDA build of
 torch on a machine without an NVIDIA GPU) or ``PROBLEM`` (the course will not run as it is), with the
 fix in one line. The machine is ready when no check says ``PROBLEM``. Checks never raise: a check
-that cannot run is itself a ``PROBLEM``.
+that cannot run is itself a ``PROBLEM``. ``gpulab.preflight_report`` prints the report (one machine's,
+or a whole room's from their JSON files).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterator
@@ -23,7 +24,7 @@ OK, NOTE, PROBLEM = "OK", "NOTE", "PROBLEM"
 MIN_FREE_GIB = 2.0
 DIST = "gpulab"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-INSTALL_FIX = "run `make install` in the course folder (or: pip install -c constraints.txt -e .)"
+INSTALL_FIX = "run `python course.py install` in the course folder (or: pip install -c constraints.txt -e .)"
 
 
 @dataclass(frozen=True)
@@ -124,11 +125,11 @@ def check_torch_build() -> Check:
     try:
         import torch
 
-        from gpulab import devices, doctor
+        from gpulab import devices, nvidia_smi
     except Exception as exc:  # a broken torch can raise anything on import
         return Check("torch build", PROBLEM, f"torch does not import: {type(exc).__name__}: {exc}", INSTALL_FIX)
     build = devices.cuda_backend() or "CPU-only"
-    smi = doctor.nvidia_smi()
+    smi = nvidia_smi.listed_gpus()
     if torch.version.cuda and torch.cuda.is_available():
         return Check("torch build", OK, f"{build}, {torch.cuda.device_count()} NVIDIA GPU(s) usable")
     if torch.version.cuda and not smi["found"]:
@@ -209,7 +210,7 @@ def check_kernel(timeout: float = 60.0, kernel_name: str = "python3") -> Check:
     if content.get("status") != "ok":
         error = f"{content.get('ename')}: {content.get('evalue')}"
         return Check("kernel", PROBLEM, f"the kernel runs a Python where {error}",
-                     "start JupyterLab from the course environment (`make lab`), or register this one: "
+                     "start JupyterLab from the course environment (`python course.py lab`), or register this one: "
                      "python -m ipykernel install --user --name gpulab")
     if results != ["2"]:
         return Check("kernel", PROBLEM, f"1 + 1 gave {results!r} instead of 2", "reinstall ipykernel: " + INSTALL_FIX)
@@ -230,31 +231,3 @@ def run_checks(timeout: float = 60.0, min_free_gib: float = MIN_FREE_GIB) -> Ite
         except Exception as exc:  # a check must never end the report
             found = Check(name, PROBLEM, f"the check itself failed: {type(exc).__name__}: {exc}", INSTALL_FIX)
         yield from (found if isinstance(found, list) else [found])
-
-
-def passed(checks: list[Check]) -> bool:
-    """True when no check says PROBLEM."""
-    return all(c.status != PROBLEM for c in checks)
-
-
-def format_check(check: Check) -> str:
-    """One report line, and the fix on the next when there is one."""
-    line = f"{check.status:<8} {check.name:<13} {check.detail}"
-    return line + (f"\n{'':<8} {'fix:':<13} {check.fix}" if check.fix else "")
-
-
-def summary(checks: list[Check]) -> str:
-    """The last line of the report."""
-    problems = sum(c.status == PROBLEM for c in checks)
-    if not problems:
-        return "Ready: every check passed, this machine can run the course."
-    return f"Not ready: {problems} problem(s). Apply each fix, then run `gpulab preflight` again."
-
-
-def report(checks: list[Check]) -> dict:
-    """The JSON report a teacher collects."""
-    from gpulab import __version__
-
-    return {"gpulab": __version__, "python": platform.python_version(), "platform": platform.platform(terse=True),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "ready": passed(checks),
-            "checks": [asdict(c) for c in checks]}

@@ -11,7 +11,7 @@ import psutil
 import pytest
 import torch
 
-from gpulab import cli, doctor, preflight
+from gpulab import cli, nvidia_smi, preflight, preflight_report
 
 from gpulab.distributed import loopback
 from gpulab.preflight import NOTE, OK, PROBLEM, Check
@@ -69,7 +69,8 @@ def test_missing_package_is_a_problem_and_the_exit_status_says_so(quick, monkeyp
     assert cli.main(["preflight"]) == 1
     out = capsys.readouterr().out
     assert "PROBLEM  ipywidgets    not installed (needs >=8.1)" in out
-    assert "fix:" in out and "make install" in out
+    assert "fix:" in out and "python course.py install" in out
+    assert "help:         TROUBLESHOOTING.md#a-package-is-missing-or-too-old" in out
     assert out.splitlines()[-1].startswith("Not ready: 1 problem(s)")
 
 
@@ -96,16 +97,18 @@ def test_full_disk_is_a_problem(tmp_path):
 def test_cuda_build_without_a_gpu_is_a_note_with_the_cpu_index(monkeypatch):
     monkeypatch.setattr(torch.version, "cuda", "12.6")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(doctor, "nvidia_smi", lambda: {"found": False, "gpus": [], "note": "not on PATH"})
+    monkeypatch.setattr(nvidia_smi, "listed_gpus",
+                        lambda timeout=10.0: {"found": False, "gpus": [], "note": "not on PATH"})
     check = preflight.check_torch_build()
     assert check.status == NOTE and "no NVIDIA GPU here" in check.detail
     assert "--index-url https://download.pytorch.org/whl/cpu" in check.fix
-    assert preflight.passed([check])  # a note is advice: the course still runs
+    assert preflight_report.passed([check])  # a note is advice: the course still runs
 
 
 def test_cpu_build_on_a_machine_with_an_nvidia_gpu_is_a_note(monkeypatch):
     monkeypatch.setattr(torch.version, "cuda", None)
-    monkeypatch.setattr(doctor, "nvidia_smi", lambda: {"found": True, "gpus": ["GPU 0: X"], "note": "ok"})
+    monkeypatch.setattr(nvidia_smi, "listed_gpus",
+                        lambda timeout=10.0: {"found": True, "gpus": ["GPU 0: X"], "note": "ok"})
     check = preflight.check_torch_build()
     assert check.status == NOTE and "NVIDIA GPU torch cannot use" in check.detail
 
@@ -187,7 +190,7 @@ def test_kernel_without_gpulab_is_a_problem_and_is_shut_down(monkeypatch):
     monkeypatch.setattr(preflight, "start_new_kernel", lambda **kwargs: (fake, fake))
     check = preflight.check_kernel(timeout=5)
     assert check.status == PROBLEM and "No module named 'gpulab'" in check.detail
-    assert "make lab" in check.fix and "ipykernel install" in check.fix
+    assert "python course.py lab" in check.fix and "ipykernel install" in check.fix
     assert fake.stopped == ["channels", "kernel"]
 
 
@@ -205,7 +208,7 @@ def test_a_check_that_crashes_becomes_a_problem_line(quick, monkeypatch):
     checks = list(preflight.run_checks(timeout=5))
     crashed = [c for c in checks if "disk went away" in c.detail]
     assert len(crashed) == 1 and crashed[0].status == PROBLEM
-    assert not preflight.passed(checks)
+    assert not preflight_report.passed(checks)
 
 
 def test_bad_timeout_is_one_error_line(capsys):
@@ -214,3 +217,117 @@ def test_bad_timeout_is_one_error_line(capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "'0'" in err and len(err.splitlines()) == 1
+
+
+# ---- where to read more, and a whole room summed up -------------------------------------------------
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def test_every_problem_line_names_a_section_of_the_troubleshooting_page():
+    from doc_links import anchors
+
+    sections = anchors(ROOT / "TROUBLESHOOTING.md")
+    made = [Check("python", PROBLEM, "3.8.10, the course needs >=3.10", "install Python 3.10"),
+            Check("numpy", PROBLEM, "1.0, the course needs >=1.26", "pip install --upgrade 'numpy>=1.26'"),
+            Check("disk", PROBLEM, "0.1 GiB free here", "free some disk space"),
+            Check("rendezvous", PROBLEM, "did not finish within 4 s", "allow Python through the firewall"),
+            Check("rendezvous", PROBLEM, "could not start", preflight.INSTALL_FIX),
+            Check("kernel", PROBLEM, "did not start", "python -m ipykernel install --user")]
+    links = [preflight_report.help_link(c) for c in made]
+    assert all(link.startswith("TROUBLESHOOTING.md#") for link in links), links
+    assert {link.split("#", 1)[1] for link in links} <= sections
+    assert links[4].endswith("#a-package-is-missing-or-too-old")  # torch missing: an install problem
+    assert set(preflight_report.HELP.values()) <= sections
+    lines = preflight_report.format_check(made[3]).splitlines()
+    assert [ln.split()[0] for ln in lines] == ["PROBLEM", "fix:", "help:"]
+    assert preflight_report.help_link(Check("rendezvous", OK, "fine")) == ""
+    assert "help:" not in preflight_report.format_check(Check("torch build", NOTE, "CUDA build", "pip ..."))
+
+
+def _report(tmp_path, name: str, *checks: Check, platform_name: str = "Linux-6.1") -> str:
+    path = tmp_path / f"preflight-{name}.json"
+    data = preflight_report.report(list(checks))
+    data["platform"] = platform_name
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture
+def room_files(tmp_path):
+    firewall = "allow Python through the firewall for local (127.0.0.1) connections"
+    ok = Check("python", OK, "3.12.3 (needs >=3.10)")
+    files = [
+        _report(tmp_path, "amira", ok, Check("torch build", NOTE, "CUDA 12.6, no NVIDIA GPU here", "pip install ..."),
+                platform_name="macOS-14.5-arm64"),
+        _report(tmp_path, "ben", ok, Check("rendezvous", PROBLEM, "rank 1 did not finish within 60 s", firewall),
+                platform_name="Windows-11"),
+        _report(tmp_path, "chen", Check("rendezvous", PROBLEM, "rank 0 did not finish within 60 s", firewall),
+                Check("ipywidgets", PROBLEM, "not installed (needs >=8.1)", preflight.INSTALL_FIX)),
+        _report(tmp_path, "dana", ok),
+    ]
+    (tmp_path / "truncated.json").write_text('{"checks": [', encoding="utf-8")
+    (tmp_path / "photo.json").write_bytes(bytes([0xFF, 0xD8, 0xFF, 0x00]))
+    (tmp_path / "other.json").write_text('{"name": "something else"}', encoding="utf-8")
+    bad_status = {"checks": [{"name": "disk", "status": "FINE", "detail": "x"}]}
+    (tmp_path / "badstatus.json").write_text(json.dumps(bad_status))
+    return files + [str(tmp_path / n) for n in ("truncated.json", "photo.json", "other.json", "badstatus.json",
+                                                 "missing.json")]
+
+
+def test_room_summary_groups_problems_and_keeps_going_past_bad_files(room_files):
+    text, errors, all_ready = preflight_report.room(room_files)
+    lines = text.splitlines()
+    assert lines[0] == "Room: 4 report(s), 2 ready, 2 not ready, 5 file(s) unreadable (below)."
+    assert lines[1] == "Ready (2): amira, dana"
+    assert lines[2] == "Not ready (2): ben (1 problem(s)), chen (2 problem(s))"
+    assert lines[3] == "Systems: Linux 2, macOS 1, Windows 1"
+    problems = text.split("Problems, most common first:\n", 1)[1].split("\n\n")[0].splitlines()
+    assert problems[0].startswith("  2 x rendezvous: ") and problems[0].endswith("(ben, chen)")
+    assert problems[1].startswith("      fix:  allow Python through the firewall")
+    assert problems[2] == "      help: TROUBLESHOOTING.md#two-processes-cannot-meet"
+    assert problems[3] == "  1 x ipywidgets: not installed (needs >=8.1)  (chen)"
+    assert "Notes (the course runs; advice):\n  1 x torch build: CUDA 12.6, no NVIDIA GPU here  (amira)" in text
+    assert not all_ready
+    assert len(errors) == 5 and all(e.startswith("error: ") and "\n" not in e for e in errors)
+    truncated, photo, other, status, missing = errors
+    assert truncated.endswith("truncated.json: not JSON (line 1, column 13: Expecting value)"), truncated
+    assert "photo.json: not a text file" in photo
+    assert "other.json: no list of \"checks\"" in other
+    assert "badstatus.json: check 0 (disk) has status 'FINE', not one of OK, NOTE, PROBLEM" in status
+    assert "missing.json: cannot read it" in missing
+
+
+def test_room_of_ready_learners_exits_zero_and_patterns_are_expanded(room_files, tmp_path, capsys):
+    ready = [f for f in room_files if f.endswith(("amira.json", "dana.json"))]
+    assert cli.main(["preflight", "--summary", *ready]) == 0
+    assert capsys.readouterr().out.startswith("Room: 2 report(s), 2 ready, 0 not ready.")
+    assert cli.main(["preflight", "--summary", str(tmp_path / "preflight-*.json")]) == 1  # ben and chen
+    out, err = capsys.readouterr()
+    assert out.startswith("Room: 4 report(s), 2 ready, 2 not ready.") and err == ""
+
+
+def test_summary_cli_prints_one_error_line_per_bad_file(room_files, capsys):
+    assert cli.main(["preflight", "--summary", *room_files]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith("Room: 4 report(s)") and "Problems, most common first:" in out
+    assert len(err.strip().splitlines()) == 5 and "Traceback" not in err
+
+
+def test_summary_of_no_readable_file_is_not_a_ready_room(tmp_path, capsys):
+    assert cli.main(["preflight", "--summary", str(tmp_path / "nothing-here.json")]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith("Room: 0 report(s), 0 ready, 0 not ready, 1 file(s) unreadable")
+    assert err.strip().endswith("nothing-here.json: cannot read it (No such file or directory)")
+
+
+def test_summary_and_json_together_is_one_error_line(tmp_path, capsys):
+    assert cli.main(["preflight", "--summary", "a.json", "--json", "b.json"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --summary reads reports; it cannot be combined with --json"
+
+
+def test_learner_name_comes_from_the_file_name():
+    assert preflight_report.learner_name("reports/preflight-amira.json") == "amira"
+    assert preflight_report.learner_name("Preflight_Ben.json") == "Ben"
+    assert preflight_report.learner_name("chen.json") == "chen"
+    assert preflight_report.learner_name("preflight-.json") == "preflight-"
