@@ -85,3 +85,11 @@ def test_matmul_flops_right_and_wrong():
     assert "None" in check_matmul_flops(lambda n: None).message
     assert not check_matmul_flops(lambda n: [][0]).ok
     assert not check_matmul_flops(42).ok
+    assert "returned '2' (str)" in check_matmul_flops(lambda n: str(2 * n**3)).message
+
+
+def test_matmul_flops_feedback_never_says_the_right_count():
+    fb = check_matmul_flops(lambda n: n**3 + 1)  # right for n=1, wrong for n=2
+    assert not fb.ok and fb.message.startswith("n=2: 9 is not the count") and "16" not in fb.message
+    fb = check_matmul_flops(lambda n: 2 * n**3 if n < 10 else 0)
+    assert not fb.ok and "2000" not in fb.message and "2,000" not in fb.message

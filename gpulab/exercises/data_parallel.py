@@ -34,9 +34,10 @@ def _diagnose(sizes: list[int], batch_size: int, n_gpus: int) -> Feedback:
                      f"only as many replicas as there are chunks")
     if sizes == [s for s in _even_split(batch_size, n_gpus) if s]:
         return wrong(f"{where}: {sizes} is an even split (as numpy.array_split does); DataParallel uses "
-                     f"torch.chunk: chunks of ceil({batch_size}/{n_gpus}) = {expected[0]} rows, the last gets the rest")
-    return wrong(f"{where}: DataParallel uses torch.chunk: every chunk has ceil({batch_size}/{n_gpus}) = "
-                 f"{expected[0]} rows except the last, which gets what is left (GPUs left without rows do not run)")
+                     "torch.chunk, whose chunks all have the same size except the last")
+    return wrong(f"{where}: DataParallel uses torch.chunk: every chunk but the last has the same size, the "
+                 "smallest that needs no more chunks than GPUs; the last gets what is left (GPUs without rows "
+                 "do not run)")
 
 
 def _sizes(answer: object) -> list[int] | None:

@@ -11,6 +11,7 @@ from typing import Callable
 
 import torch
 
+from gpulab import bench
 from gpulab.exercises import Feedback, correct, wrong
 
 PREFERENCES = ("auto", "cpu", "cuda", "mps", "xpu")
@@ -67,19 +68,30 @@ def check_device_picker(fn: Callable[[str, bool, bool, bool], torch.device]) -> 
                    f"an absent named device falls back to the CPU)")
 
 
+#: Matrix sides the notebook never prints a count for, so a learner's function cannot copy an output.
+MATMUL_SIDES = (1, 2, 3, 10, 300)
+
+
 def check_matmul_flops(fn: Callable[[int], int]) -> Feedback:
-    """Notebook 01: ``fn(n)`` must return the floating-point operations of an ``n x n @ n x n`` matmul."""
+    """Notebook 01: ``fn(n)`` must return the floating-point operations of an ``n x n @ n x n`` matmul.
+
+    Compared with ``gpulab.bench.matmul_flops``; a wrong count is described, never the right one.
+    """
     if not callable(fn):
         return wrong(f"pass your function itself, not {type(fn).__name__}")
-    for n in (1, 2, 3, 10, 512):
+    for n in MATMUL_SIDES:
         try:
             got = fn(n)
         except Exception as exc:  # the learner's code may raise anything
             return wrong(f"n={n}: your function raised {type(exc).__name__}: {exc}")
         if got is None:
             return wrong(f"n={n}: your function returned None; return a number")
-        want = 2 * n**3
-        if not isinstance(got, (int, float)) or isinstance(got, bool) or got != want:
-            hint = " (each of the n*n outputs needs n multiplications AND n additions)" if got == n**3 else ""
-            return wrong(f"n={n}: expected {want:,}, got {got!r}{hint}")
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            return wrong(f"n={n}: your function returned {got!r} ({type(got).__name__}); return a number")
+        if got == n**3 != bench.matmul_flops(n):
+            return wrong(f"n={n}: {got!r} counts the multiplications only; each of the n*n outputs also needs "
+                         "n additions")
+        if got != bench.matmul_flops(n):
+            return wrong(f"n={n}: {got!r} is not the count; for each of the n*n outputs, count its "
+                         "multiplications and its additions")
     return correct("an n x n matmul costs 2 n^3 operations: n multiply-adds for each of its n^2 outputs")
