@@ -3,6 +3,11 @@
     python scripts/student.py                  # notebooks/*.ipynb -> build/student/notebooks/
     python scripts/student.py --out DIR        # another output folder
     python scripts/student.py --check          # build, then run every student notebook top to bottom
+    python scripts/student.py --answers build/answers.md --answers-only   # only the teacher's answer key
+
+For laptops, ``--extra course.py constraints.txt ... --wheel-from dist`` also puts those files and the gpulab
+wheel beside ``notebooks/`` with a short README.md, so the folder, zipped, is all a learner needs:
+unzip it, then ``python course.py lab`` (Windows: ``py course.py lab``) installs the wheel and opens notebook 01.
 
 Cells are marked in the source notebooks with cell tags, so the build never guesses:
 
@@ -36,6 +41,18 @@ ROOT = Path(__file__).resolve().parent.parent
 SOLUTION, EXERCISE = "solution", "exercise"
 MARKER = ".student-edition"
 HEADER_ID = "student-edition"
+README = """# gpulab, student edition
+
+You need Python 3.10 or newer. Open a terminal in this folder and run:
+
+    python course.py lab
+
+On Windows: `py course.py lab`. The first start creates `.venv` and installs the course from the
+`gpulab-*.whl` file beside this one (a few minutes: it downloads PyTorch). Later starts open at once.
+Start with notebook 01 and follow the "Next" link at the bottom of each notebook.
+`python course.py preflight` checks that the course will run on this machine.
+If something fails, see TROUBLESHOOTING.md in this folder.
+"""
 HEADER = ("> **Student edition.** The solutions are removed and the exercise cells are cleared: the answers are "
           "yours to find. Every other output is from a complete run, so you can see what to expect.")
 
@@ -126,8 +143,11 @@ def dumps(nb: dict) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def build_into(src: Path, dest: Path) -> list[Path]:
-    """Write the student edition of every notebook in ``src`` to ``dest/<src name>/``; return the files."""
+def build_into(src: Path, dest: Path, handout: tuple[Path, ...] = ()) -> list[Path]:
+    """Write the student edition of every notebook in ``src`` to ``dest/<src name>/``; return the files.
+
+    ``handout`` files are copied into ``dest`` itself, beside the notebooks' folder, with README.md.
+    """
     notebooks = sorted(src.glob("*.ipynb"))
     if not notebooks:
         raise BuildError(f"no notebooks in {src}")
@@ -153,10 +173,17 @@ def build_into(src: Path, dest: Path) -> list[Path]:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src / ref, target)
         written.append(target)
+    for path in handout:
+        if not Path(path).is_file():
+            raise BuildError(f"{path} is not a file (--extra and --wheel-from name files to hand out)")
+        written.append(Path(shutil.copyfile(path, dest / Path(path).name)))
+    if handout:
+        (dest / "README.md").write_text(README, encoding="utf-8")
+        written.append(dest / "README.md")
     return written
 
 
-def build(src: Path, out: Path) -> list[Path]:
+def build(src: Path, out: Path, handout: tuple[Path, ...] = ()) -> list[Path]:
     """Build into a fresh folder beside ``out``, then put it in place of ``out``."""
     src, out = Path(src).resolve(), Path(out).resolve()
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
@@ -165,7 +192,7 @@ def build(src: Path, out: Path) -> list[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     old = out.with_name(f"{tmp.name}.old")
     try:
-        written = build_into(src, tmp)
+        written = build_into(src, tmp, tuple(handout))
         (tmp / MARKER).write_text("built by scripts/student.py; safe to delete\n", encoding="utf-8")
         if out.exists():
             os.replace(out, old)
@@ -178,6 +205,30 @@ def build(src: Path, out: Path) -> list[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
     return [out / p.relative_to(tmp) for p in written]
+
+
+def course_wheel(folder: Path) -> Path:
+    """The wheel of the installed gpulab version in ``folder`` (``python course.py wheel`` writes it)."""
+    from importlib import metadata
+
+    version = metadata.version("gpulab")
+    wheel = Path(folder) / f"gpulab-{version}-py3-none-any.whl"
+    if not wheel.is_file():
+        raise BuildError(f"{wheel} is missing: build it first with `python course.py wheel`")
+    return wheel
+
+
+def write_answers(src: Path, path: Path, out: Path | None = None) -> None:
+    """The teacher's answer key (``gpulab.exercises.answer_key``) of the notebooks in ``src``, kept out of ``out``."""
+    from gpulab.atomic import atomic_write
+    from gpulab.exercises.answer_key import document
+
+    path = Path(path).resolve()
+    if out is not None and path.is_relative_to(Path(out).resolve()):
+        raise BuildError(f"{path} is inside the student edition {out}: write the answer key elsewhere")
+    text = document(sorted(Path(src).glob("*.ipynb")), SOLUTION)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def run_notebook(path: Path, timeout: int = 300) -> tuple[dict, str]:
@@ -205,9 +256,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="output folder (default build/student)")
     parser.add_argument("--check", action="store_true", help="then run every student notebook top to bottom")
     parser.add_argument("--timeout", type=int, default=300, help="seconds allowed per cell with --check (default 300)")
+    parser.add_argument("--extra", type=Path, nargs="+", default=[], metavar="FILE",
+                        help="files to put beside notebooks/ (course.py, constraints.txt, ...), with a README.md")
+    parser.add_argument("--wheel-from", type=Path, metavar="DIR", help="also put the gpulab wheel from DIR there")
+    parser.add_argument("--answers", type=Path, metavar="FILE", help="write the teacher's answer key to FILE")
+    parser.add_argument("--answers-only", action="store_true", help="only the answer key, no student edition")
     args = parser.parse_args(argv)
+    if args.answers_only and not args.answers:
+        parser.error("--answers-only needs --answers FILE")
     try:
-        written = build(args.src, args.out)
+        if args.answers:
+            write_answers(args.src, args.answers, None if args.answers_only else args.out)
+            print(f"answer key: {args.answers}")
+        if args.answers_only:
+            return 0
+        extra = [ROOT / p if not p.is_absolute() else p for p in args.extra]
+        if args.wheel_from:
+            extra.append(course_wheel(ROOT / args.wheel_from if not args.wheel_from.is_absolute() else args.wheel_from))
+        written = build(args.src, args.out, tuple(extra))
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

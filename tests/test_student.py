@@ -238,7 +238,7 @@ def test_other_check_functions_and_the_quiz_are_no_exercise(tmp_path):
     def plain(cells):
         cells[:] = cells[:1] + [
             {"cell_type": "code", "id": "a1", "metadata": {}, "execution_count": 1, "outputs": [],
-             "source": "from gpulab import bench\nbench.check_size(3)"},
+             "source": "from gpulab import bench\nbench.parse_sizes('3')"},
             {"cell_type": "code", "id": "a2", "metadata": {}, "execution_count": 2, "outputs": [],
              "source": "from gpulab.exercises.quiz import check, quiz\ncheck('04', 1, 'a')\nquiz('04')"},
         ]
@@ -248,3 +248,212 @@ def test_other_check_functions_and_the_quiz_are_no_exercise(tmp_path):
     cells = _cells(tmp_path / "out" / "notebooks" / "04_data_parallel.ipynb")
     assert [c.get("id") for c in cells] == [cells[0].get("id"), student.HEADER_ID, "a1", "a2"]
     assert student.CHECK_CALL.search("check_replica_sizes(answer, 10, 4)")
+
+
+# ---- the laptop route: the edition is a course folder of its own ---------------------------------------
+
+
+def test_laptop_edition_holds_what_a_learner_needs_and_installs_its_wheel(tagged, tmp_path):
+    import subprocess
+    import sys
+
+    wheel = tmp_path / "dist" / "gpulab-0.1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"not a real wheel")
+    extra = tuple(ROOT / n for n in ("course.py", "constraints.txt", "TROUBLESHOOTING.md", "LICENSE")) + (wheel,)
+    out = tmp_path / "student"
+    student.build(tagged, out, extra)
+    names = {p.name for p in out.iterdir()}
+    assert names - {"scripts"} == {".student-edition", "README.md", "notebooks", "course.py", "constraints.txt",
+                                   "TROUBLESHOOTING.md", "LICENSE", wheel.name}  # scripts/: files notebooks cite
+    readme = (out / "README.md").read_text(encoding="utf-8")
+    assert "python course.py lab" in readme and "py course.py lab" in readme and "TROUBLESHOOTING.md" in readme
+    done = subprocess.run([sys.executable, str(out / "course.py"), "lab", "--dry-run"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 0 and lines[2].endswith(f"-m pip install --quiet -c constraints.txt {wheel.name}")
+    assert lines[-1].endswith("-m jupyter lab --ServerApp.root_dir=. notebooks/01_why_gpus.ipynb")
+    assert (out / "notebooks" / "01_why_gpus.ipynb").is_file()
+    with pytest.raises(student.BuildError, match="is not a file"):
+        student.build(tagged, tmp_path / "other", (tmp_path / "missing.whl",))
+
+
+def test_the_wheel_is_the_installed_version_or_a_clear_error(tmp_path):
+    from importlib import metadata
+
+    with pytest.raises(student.BuildError, match="python course.py wheel"):
+        student.course_wheel(tmp_path)
+    wheel = tmp_path / f"gpulab-{metadata.version('gpulab')}-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    (tmp_path / "gpulab-0.0.1-py3-none-any.whl").write_bytes(b"")
+    assert student.course_wheel(tmp_path) == wheel
+
+
+# ---- the answer key ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def key(tagged, tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("key") / "answers.md"
+    assert student.main(["--src", str(tagged), "--answers", str(path), "--answers-only"]) == 0
+    return path.read_text(encoding="utf-8")
+
+
+def test_answer_key_has_every_notebook_question_and_solution(tagged, key):
+    from gpulab.exercises.quiz import questions
+
+    assert key.startswith("# Answer key")
+    assert "not found automatically" not in key
+    for path in sorted(tagged.glob("*.ipynb")):
+        cells = _cells(path)
+        assert f"## {source(cells[0]).splitlines()[0].lstrip('# ')}" in key, path.name
+        for cell in cells:
+            if cell["cell_type"] == "code" and student.SOLUTION in tags(cell):
+                assert source(cell).rstrip() in key, f"{path.name}: a solution cell is missing from the key"
+        for q in questions(path.name[:2]):
+            assert q.prompt in key
+            if q.options:
+                right = q.options[q.letters.index(q.answer)]
+                assert f"**Answer: {q.answer})** {right.text}" in key
+
+
+def test_every_value_question_is_answered_with_what_its_check_accepts():
+    from gpulab.exercises.answer_key import solve
+    from gpulab.exercises.questions import QUESTIONS
+
+    for notebook, found in QUESTIONS.items():
+        for i, q in enumerate(found, start=1):
+            answer = solve(q)
+            assert answer is not None and q.check(answer).ok, (notebook, i, answer)
+
+
+def test_the_key_follows_the_questions_it_is_generated_from(monkeypatch):
+    from gpulab.exercises import answer_key, correct, questions, wrong
+    from gpulab.exercises.quiz import Option, Question
+
+    hidden = Question("Which number, between 1 and 5000, times 3 gives 7281?",
+                      grade=lambda a: correct("2427") if a == 7281 // 3 else wrong("no"), example="7")
+    listed = Question("Split 7 rows over 3 GPUs.", example="[1, 2]",
+                      grade=lambda a: correct("chunks") if list(a) == [3, 3, 1] else wrong("no"))
+    hopeless = Question("Say the secret word.", grade=lambda a: correct("yes") if a == "xyzzy" else wrong("no"))
+    choice = Question("Pick b.", (Option("not me", "no"), Option("me", "that one")), answer="b")
+    monkeypatch.setitem(questions.QUESTIONS, "04", (hidden, listed, hopeless, choice))
+    lines = "\n".join(answer_key.notebook_lines("04"))
+    assert "**Answer: 2427** (2427.)" in lines  # a number the check compares with, not one it says
+    assert "**Answer: [3, 3, 1]**" in lines
+    assert "**Answer: not found automatically.**" in lines
+    assert "**Answer: b)** me That one." in lines and "- a) not me *Wrong:* no." in lines
+
+
+def test_the_key_is_never_written_into_the_student_edition(tagged, built, tmp_path):
+    with pytest.raises(student.BuildError, match="inside the student edition"):
+        student.write_answers(tagged, built.parent / "answers.md", built.parent)
+    assert not (built.parent / "answers.md").exists()
+
+
+def test_answers_only_needs_a_file(capsys):
+    with pytest.raises(SystemExit) as stop:
+        student.main(["--answers-only"])
+    assert stop.value.code == 2 and "--answers-only needs --answers FILE" in capsys.readouterr().err
+
+
+# ---- no exercise can be answered with a function the notebook hands out ----------------------------------
+
+
+def _imported_callables(code: str) -> dict[str, object]:
+    """``name -> object`` of every gpulab function a notebook's code can call: imported, or as ``module.name``."""
+    import ast
+    import importlib
+    import inspect
+
+    tree, found, modules = ast.parse(code), {}, {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpulab"):
+            for alias in node.names:
+                try:
+                    obj = importlib.import_module(f"{node.module}.{alias.name}")
+                except ImportError:
+                    obj = getattr(importlib.import_module(node.module), alias.name)
+                (modules if inspect.ismodule(obj) else found)[alias.asname or alias.name] = obj
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("gpulab"):
+                    modules[alias.asname or alias.name] = importlib.import_module(alias.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+            obj = getattr(modules[node.value.id], node.attr, None)
+            if obj is not None:
+                found[f"{node.value.id}.{node.attr}"] = obj
+    return {name: obj for name, obj in found.items() if inspect.isfunction(obj)
+            and not obj.__module__.startswith(("gpulab.distributed", "gpulab.cli"))  # those start processes
+            and not obj.__name__.startswith("check_")}
+
+
+def _function_checks(cells: list[dict]) -> list[tuple[object, int]]:
+    """``(check, number of parameters of the learner's function)`` for each check called with a stub function."""
+    import ast
+    import importlib
+
+    stubs = {}
+    for cell in cells:
+        if student.EXERCISE in tags(cell) and cell["cell_type"] == "code":
+            for node in ast.walk(ast.parse(source(cell))):
+                if isinstance(node, ast.FunctionDef):
+                    stubs[node.name] = len(node.args.args)
+    checks = []
+    for cell in cells:
+        if student.EXERCISE not in tags(cell) or cell["cell_type"] != "code":
+            continue
+        for node in ast.walk(ast.parse(source(cell))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.startswith("check_")
+                    and len(node.args) == 1 and not node.keywords and isinstance(node.args[0], ast.Name)
+                    and node.args[0].id in stubs):
+                module = next(m for m in sorted((ROOT / "gpulab" / "exercises").glob("*.py"))
+                              if f"def {node.func.id}(" in m.read_text(encoding="utf-8"))
+                check = getattr(importlib.import_module(f"gpulab.exercises.{module.stem}"), node.func.id)
+                checks.append((check, stubs[node.args[0].id]))
+    return checks
+
+
+def _leaks(cells: list[dict]) -> list[str]:
+    """The functions the notebook's own code can reach that pass one of its function exercises."""
+    import inspect
+
+    code = "\n".join(source(c) for c in cells if c["cell_type"] == "code" and student.SOLUTION not in tags(c))
+    found = []
+    for check, arity in _function_checks(cells):
+        for name, fn in _imported_callables(code).items():
+            try:
+                inspect.signature(fn).bind(*range(arity))
+            except (TypeError, ValueError):
+                continue
+
+            def guarded(*args, _fn=fn):
+                try:
+                    return _fn(*args)
+                except BaseException as exc:  # noqa: BLE001 - a check catches Exception only
+                    raise RuntimeError(type(exc).__name__) from None
+
+            if check(guarded).ok:
+                found.append(f"{check.__name__}({name}) passes")
+    return found
+
+
+def test_no_notebook_hands_out_the_function_its_check_compares_against(tagged):
+    checked = set()
+    for path in sorted(tagged.glob("*.ipynb")):
+        cells = _cells(path)
+        checked |= {check.__name__ for check, _ in _function_checks(cells)}
+        assert _leaks(cells) == [], f"{path.name}: the exercise can be answered by calling what the notebook imports"
+    assert {"check_matmul_flops", "check_rows_per_gpu", "check_device_picker"} <= checked
+
+
+def test_an_imported_reference_function_is_caught(tagged):
+    cells = _cells(tagged / "04_data_parallel.ipynb")
+    leaky = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": 1,
+              "source": "from gpulab.parallel import replica_batch_sizes\nfrom gpulab import bench"}] + cells
+    assert "check_rows_per_gpu(replica_batch_sizes) passes" in _leaks(leaky)
+    one = _cells(tagged / "01_why_gpus.ipynb")
+    leaky = one + [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": 1,
+                    "source": "print(bench.matmul_flops(4))"}]
+    assert "check_matmul_flops(bench.matmul_flops) passes" in _leaks(leaky)
