@@ -33,29 +33,39 @@ START, END = "<!-- timings:start -->", "<!-- timings:end -->"
 READ_WPM, CODE_WPM = 150, 75
 EXERCISE_MIN, QUIZ_MIN = 5, 2
 BREAK_MIN = {"core": 10, "full": 20, "further": 20}  # one 10-minute break in 2 hours, two in a half day
-TARGET_MIN = {"core": 120, "full": 240, "further": 240}
+INTRO_MIN = {"core": 10, "full": 10, "further": 10}  # welcome, the day's goals, every laptop opens notebook 01
+TARGET_MIN = {"core": 120, "full": 240, "further": 240}  # what is left is slack: questions, set-up trouble
 PLAN_NAMES = {"core": "Core plan", "full": "Full plan", "further": "Going further"}
 # The notebooks (first, last) a plan covers; a plan not named here covers every notebook.
 SCOPE = {"core": ("01", "07"), "full": ("01", "07"), "further": ("08", "11")}
 UNMEASURED = "Not measured yet: run `make timings` on an idle machine."
 AFTER, DEMO, OUT = "after class", "demo", "-"
 # The 2-hour core plan is the path from one GPU to many (01-05); 06 and 07 follow after class or in a second
-# session. Sections (by the start of their title, "" for all) that a plan does not have students run themselves:
+# session, and its self-check questions are homework (some ask about sections it leaves for after class).
+# Each plan also has an introduction, breaks, and what is left of its target as slack (questions, set-up
+# trouble). In notebook 05 learners run one launch (section 2's script); the teacher demos the others.
+# Sections (by the start of their title, "" for all) that a plan does not have students run themselves:
+QUIZ = "Check yourself"
 PLAN: dict[str, dict[str, dict[str, str]]] = {
     "core": {
-        "01": {"Explore": AFTER},
-        "02": {"Other accelerators": AFTER, "Hiding GPUs": AFTER, "The whole report": DEMO, "Exercise": AFTER},
-        "03": {"2. Timing done right": DEMO, "3. Host-to-device": DEMO, "4. Small data": DEMO},
-        "04": {"3. The real thing": AFTER, "4. Saving and loading": DEMO},
-        "05": {"1. Why DDP needs a script": DEMO, "4. Launching": DEMO, "6. The same weights": DEMO,
-               "7. Try it": AFTER, "8. Is it faster": DEMO, "9. Surviving a crash": DEMO,
-               "10. Several machines": AFTER, "11. Exercise": AFTER},
+        "01": {"Explore": AFTER, QUIZ: AFTER},
+        "02": {"Other accelerators": AFTER, "Hiding GPUs": AFTER, "The whole report": AFTER, "Exercise": AFTER,
+               QUIZ: AFTER},
+        "03": {"2. Timing done right": DEMO, "3. Host-to-device": AFTER, "4. Small data": DEMO, QUIZ: AFTER},
+        "04": {"3. The real thing": AFTER, "4. Saving and loading": DEMO, QUIZ: AFTER},
+        "05": {"1. Why DDP needs a script": DEMO, "3. The article's code": AFTER, "4. Launching": DEMO,
+               "6. The same weights": DEMO, "7. Try it": AFTER, "8. Is it faster": AFTER, "9. Surviving a crash": DEMO,
+               "10. Several machines": AFTER, "11. Exercise": AFTER, QUIZ: AFTER},
         "06": {"": AFTER},
         "07": {"": AFTER},
     },
     "full": {
-        "05": {"4. Launching": DEMO, "8. Is it faster": DEMO, "9. Surviving a crash": DEMO},
-        "07": {"2. \"Don't use several GPUs": DEMO},
+        "01": {"Explore": AFTER},
+        "02": {"Other accelerators": AFTER, "Hiding GPUs": AFTER},
+        "04": {"3. The real thing": AFTER},
+        "05": {"4. Launching": DEMO, "7. Try it": AFTER, "8. Is it faster": AFTER, "9. Surviving a crash": DEMO,
+               "10. Several machines": AFTER},
+        "07": {"2. \"Don't use several GPUs": AFTER, "Where to go next": AFTER},
     },
     "further": {},
 }
@@ -171,10 +181,14 @@ def render(all_sections: list[Section], measured: str) -> str:
         shown = [_fmt(totals[p][n]) if any(taught(p, s) for s in here)
                  else (OUT if all(mode(p, s) == OUT for s in here) else AFTER) for p in plans]
         lines.append(f"| {n} | {' | '.join(shown)} |")
-    grand = {p: (sum(totals[p].values()) + BREAK_MIN.get(p, 0)) if timed else None for p in plans}
+    fixed = {p: BREAK_MIN.get(p, 0) + INTRO_MIN.get(p, 0) for p in plans}
+    grand = {p: (sum(totals[p].values()) + fixed[p]) if timed else None for p in plans}
+    lines.append(f"| introduction | {' | '.join(str(INTRO_MIN.get(p, 0)) for p in plans)} |")
     lines.append(f"| breaks | {' | '.join(str(BREAK_MIN.get(p, 0)) for p in plans)} |")
     targets = " / ".join(str(TARGET_MIN.get(p, "-")) for p in plans)
     lines.append(f"| **total** (target: {targets}) | {' | '.join(f'**{_fmt(grand[p])}**' for p in plans)} |")
+    slack = [str(round(TARGET_MIN[p] - grand[p])) if timed and p in TARGET_MIN else "TBD" for p in plans]
+    lines.append(f"| slack: questions and set-up trouble | {' | '.join(slack)} |")
     lines += ["", "| Notebook | Section | Words (prose / code) | Run (s) | Read (min) | Exercise + quiz (min) | "
                   + " | ".join(PLAN_NAMES.get(p, p) for p in plans) + " |", "|---|---|---:|---:|---:|---:|"
               + "---|" * len(plans)]

@@ -74,7 +74,8 @@ def test_a_plan_leaves_out_notebooks_outside_its_scope(one_notebook, monkeypatch
     block = ts.render(ts.load([one_notebook], timed=True), "Measured here.")
     assert "| 99 | - | 7 |" in block  # the core plan has no notebook 99; the full plan teaches it
     assert "| 99 | First part | 8 / 4 | 1.5 | 0.1 | 5 | - | demo, 5 min |" in block
-    assert "| **total** (target: 120 / 240) | **10** | **27** |" in block  # core: the break alone
+    assert "| **total** (target: 120 / 240) | **20** | **37** |" in block  # core: the break and the introduction
+    assert "| slack: questions and set-up trouble | 100 | 203 |" in block
 
 
 def test_block_round_trip_and_check(one_notebook, tmp_path):
@@ -98,6 +99,7 @@ def test_block_round_trip_and_check(one_notebook, tmp_path):
 def test_placeholders_say_tbd_and_stay_in_step(one_notebook, tmp_path):
     block = ts.render(ts.load([one_notebook], timed=False), ts.UNMEASURED)
     assert "| **total** (target: 120 / 240) | **TBD** | **TBD** |" in block
+    assert "| slack: questions and set-up trouble | TBD | TBD |" in block
     assert ts.check(_doc(tmp_path, block), [one_notebook]) == ""
 
 
