@@ -20,6 +20,8 @@ from typing import Callable, Iterable
 import torch
 from torch import nn
 
+from gpulab.validate import positive_int
+
 
 def output_code(fn: Callable[[], object]) -> tuple[object, list[str]]:
     """``(fn(), the Python modules inductor wrote while fn ran)``, through ``torch._inductor.utils.run_and_get_code``.
@@ -101,8 +103,7 @@ def recompiles(model: nn.Module, loader: Iterable, *, epochs: int = 2, dynamic: 
     Returns one :class:`CompiledGraph` per graph TorchDynamo compiled, with the batch size that caused
     it. TorchDynamo's caches are reset first (``torch.compiler.reset``).
     """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs={epochs!r} must be an integer >= 1")
+    positive_int(epochs, "epochs")
     torch.compiler.reset()
     recorder = GraphRecorder()
     compiled = torch.compile(model, backend=recorder, dynamic=dynamic)

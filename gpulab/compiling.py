@@ -5,7 +5,7 @@ builds it with a C++ compiler: the one named by the ``CXX`` environment variable
 (``clang++`` on macOS, ``cl`` on Windows), the same search as ``torch._inductor.cpp_builder``.
 On a CUDA GPU it writes Triton kernels instead, so it needs the ``triton`` package.
 :func:`compile_support` says which applies; :func:`measure_compile` times the first (compiling)
-step and the steady state of eager and compiled steps, with ``gpulab.bench.time_call``, and can keep
+step and the steady state of eager and compiled steps, with ``gpulab.timing.time_call``, and can keep
 the code inductor wrote (read it with :mod:`gpulab.compiled`). :func:`time_adam` times Adam's
 implementations; :func:`adam_default_impl` names the default. Each private torch function is used in one
 small guarded helper (:func:`check_cpu_instructions`, :func:`adam_default_impl`, and in :mod:`gpulab.compiled`).
@@ -18,7 +18,6 @@ import importlib.util
 import os
 import shutil
 import sys
-import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
@@ -26,8 +25,10 @@ from typing import Callable, Iterable
 import torch
 from torch import nn
 
-from gpulab import bench, devices
+from gpulab import devices
 from gpulab.compiled import output_code
+from gpulab.step import train_step
+from gpulab.timing import Stopwatch, time_call
 
 
 def cxx_candidates(platform: str | None = None, env: dict | None = None) -> list[str]:
@@ -96,14 +97,6 @@ class CompileTiming:
         return {**times, "speedup": self.speedup}
 
 
-def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
-    """One step: forward, MSE loss, backward, optimizer step, zero the gradients."""
-    loss = nn.functional.mse_loss(model(x), y)
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
 def check_cpu_instructions() -> str | None:
     """Run inductor's once-per-machine check of the CPU's vector instructions now; their name, or None.
 
@@ -121,7 +114,7 @@ def check_cpu_instructions() -> str | None:
 def measure_compile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: float = 0.01,
                     min_run_time: float = 0.3, device: str | torch.device = "cpu", fresh: bool = True,
                     keep_code: bool = False) -> CompileTiming:
-    """Time :func:`training_step` of ``model`` (Adam, MSE) eager and with ``torch.compile(copy of model)``.
+    """Time :func:`gpulab.step.train_step` of ``model`` (Adam, MSE) eager and with ``torch.compile(copy of model)``.
 
     Only the model is compiled: its forward and, built with it by AOTAutograd, its backward. The MSE
     loss (forward and backward), ``optimizer.step()`` and ``zero_grad`` run eagerly in both steps.
@@ -149,16 +142,15 @@ def measure_compile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: f
     code: list[str] = []
     with torch.compiler.config.patch(force_disable_caches=bool(fresh)), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*force_disable_caches")  # says caches are off: we know
-        start = time.perf_counter()
-        if keep_code:
-            _, code = output_code(lambda: training_step(compiled, opt_c, x, y))
-        else:
-            training_step(compiled, opt_c, x, y)
-        devices.synchronize(dev)
-        first = time.perf_counter() - start
-    env = {"step": training_step, "x": x, "y": y}
-    eager_s, _ = bench.time_call("step(m, o, x, y)", {**env, "m": eager, "o": opt_e}, dev, min_run_time=min_run_time)
-    comp_s, _ = bench.time_call("step(m, o, x, y)", {**env, "m": compiled, "o": opt_c}, dev, min_run_time=min_run_time)
+        with Stopwatch(dev) as clock:
+            if keep_code:
+                _, code = output_code(lambda: train_step(compiled, opt_c, x, y))
+            else:
+                train_step(compiled, opt_c, x, y)
+        first = clock.seconds
+    env = {"step": train_step, "x": x, "y": y}
+    eager_s, _ = time_call("step(m, o, x, y)", {**env, "m": eager, "o": opt_e}, dev, min_run_time=min_run_time)
+    comp_s, _ = time_call("step(m, o, x, y)", {**env, "m": compiled, "o": opt_c}, dev, min_run_time=min_run_time)
     return CompileTiming(first, eager_s, comp_s, tuple(code))
 
 
@@ -178,7 +170,7 @@ def adam_default_impl(params: Iterable[torch.Tensor]) -> str:
 
 def time_adam(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variants: dict[str, dict], *, lr: float = 0.01,
               min_run_time: float = 0.1, device: str | torch.device = "cpu") -> dict[str, tuple[float, float]]:
-    """Seconds of one :func:`training_step` and of ``optimizer.step()`` alone, per Adam variant.
+    """Seconds of one :func:`gpulab.step.train_step` and of ``optimizer.step()`` alone, per Adam variant.
 
     ``variants`` maps a name to ``torch.optim.Adam`` keywords, e.g. ``{"default": {}, "fused": {"fused": True}}``;
     each variant trains its own copy of ``model``.
@@ -191,9 +183,9 @@ def time_adam(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variants: dict
     for name, kwargs in variants.items():
         m = copy.deepcopy(model).to(dev)
         opt = torch.optim.Adam(m.parameters(), lr=lr, **kwargs)
-        env = {"step": training_step, "m": m, "o": opt, "x": x, "y": y}
-        step_s, _ = bench.time_call("step(m, o, x, y)", env, dev, min_run_time=min_run_time)
+        env = {"step": train_step, "m": m, "o": opt, "x": x, "y": y}
+        step_s, _ = time_call("step(m, o, x, y)", env, dev, min_run_time=min_run_time)
         nn.functional.mse_loss(m(x), y).backward()  # gradients for the optimizer alone
-        opt_s, _ = bench.time_call("o.step()", env, dev, min_run_time=min_run_time)
+        opt_s, _ = time_call("o.step()", env, dev, min_run_time=min_run_time)
         out[name] = (step_s, opt_s)
     return out

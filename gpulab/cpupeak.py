@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from gpulab import devices
+from gpulab.validate import positive_number
 
 FMA_UNITS = 2
 #: (flag, bits, float32 lanes), widest first.
@@ -81,8 +82,8 @@ class CpuPeak:
 
 
 def _optional_positive(value: object, what: str) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-        raise ValueError(f"{what}={value!r} must be a positive number or None (unknown)")
+    if value is not None:
+        positive_number(value, what)  # None means unknown
 
 
 def cpu_peak(cores: int | None, clock_mhz: float | None, flags: Iterable[str] | None,

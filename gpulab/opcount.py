@@ -21,6 +21,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from gpulab.validate import positive_int
+
 ELEMENTWISE_FLOPS = {"relu": 1, "gelu": 8}
 
 
@@ -90,8 +92,7 @@ def op_cost(name: str, fn: Callable, *inputs: torch.Tensor, params: Iterable[tor
 
 def _dims(what: str, *values: object) -> None:
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{what} {v!r} must be a positive integer")
+        positive_int(v, what)
 
 
 def matmul_cost(m: int, k: int, n: int, dtype: torch.dtype = torch.float32) -> OpCost:

@@ -6,7 +6,10 @@ event list says how long each one took:
 - ``data``: the next batch from the ``DataLoader`` (and its copy to the device);
 - ``forward``: the model's output and the loss;
 - ``backward``: ``loss.backward()``, the gradients;
-- ``optimizer``: ``optimizer.step()`` and ``zero_grad``.
+- ``optimizer``: ``optimizer.step()``.
+
+The step is the course's one training step (:func:`gpulab.step.train_step`, which clears the gradients
+first), its phases labelled through its ``phases`` hook.
 
 On a GPU work is queued asynchronously, so each block ends with ``gpulab.devices.synchronize``:
 the labels then cover the device's work, not only its launch. The steps follow a
@@ -24,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +38,8 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from gpulab import devices
+from gpulab.step import train_step
+from gpulab.validate import non_negative_int, positive_int
 
 PHASES = ("data", "forward", "backward", "optimizer")
 LABEL = "phase/"  # record_function names: phase/data, phase/forward, ...
@@ -121,12 +127,6 @@ def _batches(loader: Iterable):
             raise ValueError("the loader gave no batch: it must yield (x, y) pairs")
 
 
-def _check_count(value: object, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{what}={value!r} must be an integer >= {minimum}")
-    return value
-
-
 def profile_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Iterable, *, steps: int = 5,
                   wait: int = 1, warmup: int = 1, loss_fn: Callable | None = None, device: str | torch.device = "cpu",
                   trace_path: str | Path | None = None) -> StepProfile:
@@ -138,30 +138,26 @@ def profile_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loader: It
     ``trace_path`` (optional) receives the recorded steps as a Chrome/Perfetto trace, written by the
     profiler's ``on_trace_ready`` callback (open it at https://ui.perfetto.dev or chrome://tracing).
     """
-    steps, wait = _check_count(steps, "steps", 1), _check_count(wait, "wait", 0)
-    warmup = _check_count(warmup, "warmup", 1)
+    steps, wait, warmup = positive_int(steps, "steps"), non_negative_int(wait, "wait"), positive_int(warmup, "warmup")
     device = devices.pick_device(device)
     loss_fn = loss_fn or nn.MSELoss()
     batches = _batches(loader)
     sync = devices.synchronize
     sizes: list[int] = []  # rows of every step's batch, recorded or not
 
-    def step() -> None:
-        with record_function(LABEL + "data"):
+    @contextlib.contextmanager
+    def phase(name: str):
+        """One labelled phase; it ends once the device has done its work (GPU work is asynchronous)."""
+        with record_function(LABEL + name):
+            yield
+            sync(device)
+
+    def step() -> None:  # the course's one training step, its phases labelled
+        with phase("data"):
             x, y = next(batches)
             sizes.append(len(x))
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            sync(device)
-        with record_function(LABEL + "forward"):
-            loss = loss_fn(model(x), y)
-            sync(device)
-        with record_function(LABEL + "backward"):
-            loss.backward()
-            sync(device)
-        with record_function(LABEL + "optimizer"):
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            sync(device)
+        train_step(model, optimizer, x, y, loss_fn=loss_fn, phases=phase)
 
     path = None if trace_path is None else Path(trace_path)
     if path is not None:

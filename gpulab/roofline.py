@@ -11,16 +11,15 @@ Examples::
 
     from gpulab import roofline
     line, _ = roofline.measure_roofline("cpu")         # peak and bandwidth from gpulab.bench's probes
-    cost = roofline.matmul_cost(512, 512, 512)         # FLOPs from FlopCounterMode, bytes counted
+    cost = opcount.matmul_cost(512, 512, 512)         # FLOPs from FlopCounterMode, bytes counted
     line.classify(cost.intensity)                      # 'compute-bound'
-    print(roofline.this_cpu_peak().explain())           # cores x clock x FLOP per cycle, derived
+    print(cpupeak.this_cpu_peak().explain())           # cores x clock x FLOP per cycle, derived
 
 Op counts live in :mod:`gpulab.opcount`; the theoretical CPU peak in :mod:`gpulab.cpupeak`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -28,42 +27,34 @@ from typing import Sequence
 import torch
 
 from gpulab import bench, devices
-from gpulab.cpupeak import CpuPeak, cpu_peak, flop_per_cycle, this_cpu_peak  # noqa: F401  (re-exported)
-from gpulab.opcount import OpCost, gelu_cost, linear_costs, matmul_cost, op_cost  # noqa: F401  (re-exported)
+from gpulab.opcount import OpCost
+from gpulab.validate import non_negative_number, positive_number
 
 BOUNDS = ("memory-bound", "compute-bound")
 H200_URL = "https://www.nvidia.com/en-us/data-center/h200/"
 
 
-def _positive(value: object, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{what}={value!r} must be a positive finite number")
-    return float(value)
-
-
 def arithmetic_intensity(flops: float, nbytes: float) -> float:
     """FLOP per byte moved: ``flops / nbytes``; ``flops`` may be 0, ``nbytes`` must be positive."""
-    if isinstance(flops, bool) or not isinstance(flops, (int, float)) or not math.isfinite(flops) or flops < 0:
-        raise ValueError(f"flops={flops!r} must be a non-negative finite number")
-    return float(flops) / _positive(nbytes, "nbytes")
+    return non_negative_number(flops, "flops") / positive_number(nbytes, "nbytes")
 
 
 def ridge_point(peak_flops: float, bandwidth: float) -> float:
     """The arithmetic intensity (FLOP/byte) where the two roofs meet: ``peak FLOP/s / bandwidth bytes/s``."""
-    return _positive(peak_flops, "peak_flops") / _positive(bandwidth, "bandwidth")
+    return positive_number(peak_flops, "peak_flops") / positive_number(bandwidth, "bandwidth")
 
 
 def classify(intensity: float, ridge: float) -> str:
     """``'memory-bound'`` below the ridge point, ``'compute-bound'`` at or above it."""
-    if isinstance(intensity, bool) or not isinstance(intensity, (int, float)) or not intensity >= 0:
+    if isinstance(intensity, bool) or not isinstance(intensity, (int, float)) or not intensity >= 0:  # inf allowed
         raise ValueError(f"intensity={intensity!r} must be a non-negative number of FLOP per byte")
-    return BOUNDS[intensity >= _positive(ridge, "ridge")]
+    return BOUNDS[intensity >= positive_number(ridge, "ridge")]
 
 
 def attainable(intensity: float, peak_flops: float, bandwidth: float) -> float:
     """The roofline: the most FLOP/s an operation of this intensity can reach, ``min(peak, intensity x bandwidth)``."""
     classify(intensity, 1.0)  # validates intensity
-    return min(_positive(peak_flops, "peak_flops"), intensity * _positive(bandwidth, "bandwidth"))
+    return min(positive_number(peak_flops, "peak_flops"), intensity * positive_number(bandwidth, "bandwidth"))
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,14 @@ too, so a measured step is the step the course trains with. With ``accumulate=k`
 Each micro-batch's mean loss is weighted by its share of the batch, so the gradient equals the whole
 batch's. Under DDP every micro-batch but the last runs inside ``model.no_sync()`` (gradients stay local
 and the last backward all-reduces their sum once); an FSDP2 module gets the same through
-``set_requires_gradient_sync``.
+``set_requires_gradient_sync``. ``phases`` (optional) wraps the forward pass (with the loss), the backward
+pass and the optimizer step each in a context of its own: :mod:`gpulab.profiling` labels them there.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Callable
+from typing import Callable, ContextManager
 
 import torch
 from torch import nn
@@ -20,6 +21,11 @@ from torch import nn
 from gpulab.validate import positive_int
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Phases = Callable[[str], ContextManager]
+
+
+def _no_phases(_name: str) -> ContextManager:
+    return contextlib.nullcontext()
 
 
 def _sync_unless(model: nn.Module, last: bool):
@@ -44,7 +50,8 @@ def _sync_unless(model: nn.Module, last: bool):
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, xb: torch.Tensor, yb: torch.Tensor, *,
                loss_fn: LossFn | None = None, weight: float = 1.0, accumulate: int = 1, no_sync: bool = True,
-               autocast_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None) -> torch.Tensor:
+               autocast_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
+               phases: Phases | None = None) -> torch.Tensor:
     """One optimizer step on the batch ``(xb, yb)``; returns the batch's mean loss (detached, float32).
 
     ``loss_fn`` defaults to ``nn.MSELoss()`` (a mean); the loss that backward sees is multiplied by
@@ -55,24 +62,29 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, xb: torch.Ten
     """
     positive_int(accumulate, "accumulate")
     loss_fn = loss_fn or nn.functional.mse_loss
+    phase = phases or _no_phases
     device_type = xb.device.type
     optimizer.zero_grad(set_to_none=True)
     pieces = list(zip(xb.tensor_split(accumulate), yb.tensor_split(accumulate)))
     losses = []
     for i, (x, y) in enumerate(pieces):
         with _sync_unless(model, last=not no_sync or i == len(pieces) - 1):
-            with torch.autocast(device_type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
+            with phase("forward"), torch.autocast(device_type, dtype=autocast_dtype or torch.bfloat16,
+                                                  enabled=autocast_dtype is not None):
                 out = model(x)
                 loss = loss_fn(out.float(), y) if len(x) else out.sum() * 0.0
             share = len(x) / len(xb) if len(xb) else 1.0 / len(pieces)
-            scaled = loss * weight if len(pieces) == 1 else loss * (weight * share)
-            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+            factor = weight if len(pieces) == 1 else weight * share
+            scaled = loss if factor == 1.0 else loss * factor
+            with phase("backward"):
+                (scaler.scale(scaled) if scaler is not None else scaled).backward()
         losses.append(loss.detach().float())
-    if scaler is not None:
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        optimizer.step()
+    with phase("optimizer"):
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
     if len(losses) == 1:
         return losses[0]
     return sum(l * len(x) for l, (x, _) in zip(losses, pieces)) / max(len(xb), 1)

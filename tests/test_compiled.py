@@ -95,7 +95,7 @@ def test_drop_last_or_dynamic_needs_one_graph(loader_of):
 
 
 def test_recompiles_rejects_bad_epochs(loader_of):
-    with pytest.raises(ValueError, match="epochs=0 must be an integer >= 1"):
+    with pytest.raises(ValueError, match="epochs=0 must be a whole number >= 1"):
         compiled.recompiles(nn.Linear(3, 1), loader_of(8, 4), epochs=0)
 
 

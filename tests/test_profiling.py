@@ -104,13 +104,13 @@ def test_phase_events_from_plain_events():
 def test_profile_steps_rejects_bad_input():
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(ValueError, match="steps=0 must be an integer >= 1"):
+    with pytest.raises(ValueError, match="steps=0 must be a whole number >= 1"):
         profiling.profile_steps(model, opt, [(torch.ones(1, 2), torch.ones(1, 1))], steps=0)
     with pytest.raises(ValueError, match="the loader gave no batch"):
         profiling.profile_steps(model, opt, [], steps=1)
-    with pytest.raises(ValueError, match="warmup=0 must be an integer >= 1"):
+    with pytest.raises(ValueError, match="warmup=0 must be a whole number >= 1"):
         profiling.profile_steps(model, opt, [(torch.ones(1, 2), torch.ones(1, 1))], warmup=0)
-    with pytest.raises(ValueError, match="wait=-1 must be an integer >= 0"):
+    with pytest.raises(ValueError, match="wait=-1 must be a whole number >= 0"):
         profiling.profile_steps(model, opt, [(torch.ones(1, 2), torch.ones(1, 1))], wait=-1)
 
 
@@ -187,10 +187,19 @@ def test_time_adam_times_each_variant_on_its_own_copy():
         compiling.time_adam(model, torch.randn(8, 3), torch.randn(8, 1), {})
 
 
-def test_training_step_updates_the_weights_and_clears_gradients():
-    torch.manual_seed(0)
+def test_profiled_phases_wrap_the_one_training_step(monkeypatch):
+    """profile_steps trains through gpulab.step.train_step, handing it the phase labels."""
+    from gpulab import step
+
+    seen = []
+    real = step.train_step
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("phases") is not None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(profiling, "train_step", spy)
     model = torch.nn.Linear(3, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    before = model.weight.detach().clone()
-    compiling.training_step(model, opt, torch.randn(8, 3), torch.randn(8, 1))
-    assert not torch.equal(before, model.weight) and model.weight.grad is None
+    data = [(torch.randn(4, 3), torch.randn(4, 1))]
+    profiling.profile_steps(model, torch.optim.SGD(model.parameters(), lr=0.1), data, steps=2)
+    assert seen and all(seen)

@@ -9,19 +9,20 @@ from __future__ import annotations
 
 from typing import Callable
 
-from gpulab import roofline
+from gpulab import opcount, roofline
 from gpulab.exercises import Feedback, as_number, correct, wrong
 from gpulab.exercises.quiz import Option as O
 from gpulab.exercises.quiz import Question
+from gpulab.validate import positive_number
 
 
 def cases() -> list[tuple[str, int, int]]:
     """``(name, flops, bytes)`` of the operations the check tries, all float32."""
-    ops = [roofline.matmul_cost(64, 64, 64), roofline.matmul_cost(1024, 1024, 1024), roofline.matmul_cost(256, 4, 256),
-           roofline.gelu_cost(4096)]
+    ops = [opcount.matmul_cost(64, 64, 64), opcount.matmul_cost(1024, 1024, 1024), opcount.matmul_cost(256, 4, 256),
+           opcount.gelu_cost(4096)]
     n = 1_000_000
-    ops.append(roofline.OpCost("x + y, 1M elements", n, 12 * n))
-    ops.append(roofline.OpCost("Linear 512->512, batch 256", 2 * 256 * 512 * 512, 4 * (2 * 256 * 512 + 512 * 512 + 512)))
+    ops.append(opcount.OpCost("x + y, 1M elements", n, 12 * n))
+    ops.append(opcount.OpCost("Linear 512->512, batch 256", 2 * 256 * 512 * 512, 4 * (2 * 256 * 512 + 512 * 512 + 512)))
     return [(c.name, c.flops, c.bytes) for c in ops]
 
 
@@ -60,7 +61,7 @@ def check_bound(fn: Callable[[float, float, float], str], ridge: float) -> Feedb
 
     Tried with ``ridge`` (this machine's) and an H200's spec ridge point, on six operations.
     """
-    ridge = roofline._positive(ridge, "ridge")
+    ridge = positive_number(ridge, "ridge")
     if not callable(fn):
         return wrong(f"pass your function itself, e.g. check_bound(bound, ridge), not {type(fn).__name__}")
     tried, got = [], {}
