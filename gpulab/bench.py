@@ -6,15 +6,15 @@ reports the median time per call, waiting for the device before every clock read
 
 Examples::
 
-    from gpulab import bench
+    from gpulab import bench, bench_results
     r = bench.matmul_probe("cpu", size=512, dtype="float32", threads=1)
     r.rate, r.unit                              # e.g. (95.1, 'GFLOP/s')
     bench.matmul_probe("cuda", 8192, matmul_precision="high")         # float32 on TF32 tensor cores
     bench.copy_probe("cuda", size_mb=256, kind="h2d", pinned=True)   # pinned host -> GPU
     bench.copy_probe("cuda", size_mb=256, kind="add")                # x + y: read 2, write 1
-    bench.save_results("bench.json", [r]); bench.load_results("bench.json")
+    bench_results.save_results("bench.json", [r]); bench_results.load_results("bench.json")
 
-Every result is a :class:`BenchResult` (see :mod:`gpulab.bench_results`, re-exported here) carrying
+Every result is a :class:`gpulab.bench_results.BenchResult` (JSON files and tables live there) carrying
 the device, torch version, thread count, dtype, float32 matmul precision, size, seconds, rate and an
 ISO UTC date, and turns into JSON and back.
 """
@@ -26,25 +26,10 @@ from typing import Iterable
 import torch
 
 from gpulab import devices
+from gpulab.bench_results import BenchResult, now
 from gpulab.precision import DTYPES, dtype_from_name, dtype_name
+from gpulab.timing import check_matmul_precision, float32_matmul_precision, time_call, using_threads
 from gpulab.validate import positive_int
-from gpulab.timing import (  # noqa: F401  (time_call and the two settings: until every caller imports gpulab.timing)
-    MATMUL_PRECISIONS,
-    check_matmul_precision,
-    float32_matmul_precision,
-    time_call,
-    using_threads,
-)
-from gpulab.bench_results import (  # noqa: F401  (re-exported: the public names of gpulab.bench)
-    FORMAT,
-    BenchResult,
-    environment,
-    format_table,
-    load_results,
-    now,
-    results_from_json,
-    save_results,
-)
 
 PROBES = ("matmul", "copy")
 COPY_KINDS = ("device", "h2d", "d2h", "add")

@@ -20,6 +20,7 @@ from typing import Callable, Iterable
 import torch
 from torch import nn
 
+from gpulab.torch_private import dynamo_explain, run_and_get_code
 from gpulab.validate import positive_int
 
 
@@ -29,11 +30,6 @@ def output_code(fn: Callable[[], object]) -> tuple[object, list[str]]:
     That private helper resets TorchDynamo first (``torch._dynamo.reset``), so ``fn`` compiles afresh.
     RuntimeError, naming what is missing, where this torch has no such helper.
     """
-    try:
-        from torch._inductor.utils import run_and_get_code
-    except ImportError as exc:
-        raise RuntimeError(f"torch {torch.__version__} has no torch._inductor.utils.run_and_get_code: "
-                           "read the code with TORCH_LOGS=output_code instead") from exc
     return run_and_get_code(fn)
 
 
@@ -132,11 +128,7 @@ def graph_breaks(fn: Callable, *args) -> GraphBreaks:
 
     RuntimeError, naming what is missing, where this torch has no ``torch._dynamo.explain``.
     """
-    explain = getattr(getattr(torch, "_dynamo", None), "explain", None)
-    if explain is None:
-        raise RuntimeError(f"torch {torch.__version__} has no torch._dynamo.explain: "
-                           "see graph breaks with TORCH_LOGS=graph_breaks instead")
-    out = explain(fn)(*args)
+    out = dynamo_explain(fn)(*args)
     reasons = tuple((_short_reason(str(b.reason)), (b.user_stack[-1].line or "").strip() if b.user_stack else "")
                     for b in out.break_reasons)
     return GraphBreaks(out.graph_count, out.graph_break_count, reasons)

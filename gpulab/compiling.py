@@ -29,6 +29,7 @@ from gpulab import devices
 from gpulab.compiled import output_code
 from gpulab.step import train_step
 from gpulab.timing import Stopwatch, time_call
+from gpulab.torch_private import adam_default_foreach, cpu_vector_isa
 
 
 def cxx_candidates(platform: str | None = None, env: dict | None = None) -> list[str]:
@@ -104,11 +105,7 @@ def check_cpu_instructions() -> str | None:
     ``torch._inductor.cpu_vec_isa``) the first time it compiles for a CPU, keeps the builds in its
     on-disk cache and the answer in memory for the rest of the process. None where this torch lacks it.
     """
-    try:
-        from torch._inductor.cpu_vec_isa import pick_vec_isa
-    except ImportError:
-        return None
-    return str(pick_vec_isa())
+    return cpu_vector_isa()
 
 
 def measure_compile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: float = 0.01,
@@ -157,15 +154,11 @@ def measure_compile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: f
 def adam_default_impl(params: Iterable[torch.Tensor]) -> str:
     """``"foreach"`` or ``"for-loop"``: the implementation ``torch.optim.Adam`` picks for ``params`` by default.
 
-    Asks ``torch.optim.optimizer._default_to_fused_or_foreach`` (private), as Adam does; ``"unknown"``
-    where this torch has no such function.
+    Asks torch's own choice, as Adam does (:func:`gpulab.torch_private.adam_default_foreach`); ``"unknown"``
+    where this torch cannot say.
     """
-    try:
-        from torch.optim.optimizer import _default_to_fused_or_foreach
-    except ImportError:
-        return "unknown"
-    _, foreach = _default_to_fused_or_foreach(list(params), differentiable=False, use_fused=False)
-    return "foreach" if foreach else "for-loop"
+    foreach = adam_default_foreach(params)
+    return "unknown" if foreach is None else "foreach" if foreach else "for-loop"
 
 
 def time_adam(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variants: dict[str, dict], *, lr: float = 0.01,

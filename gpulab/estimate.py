@@ -1,7 +1,7 @@
 """Training memory per rank, by arithmetic: parameters, gradients, optimizer state (and activations if known).
 
 The model is a parameter count (``7e9``) or any ``nn.Module``; one built on the ``meta`` device
-(:func:`mlp_on_meta`) has shapes but allocates nothing, so billions of parameters cost no memory.
+(``gpulab.models.mlp(widths, device="meta")``) has shapes but allocates nothing, so billions of parameters cost no memory.
 Sharding over ``ranks`` follows FSDP2: each parameter is split along dim 0 with ``torch.chunk``, so
 an uneven split gives the first ranks one row more (32 rows over 3 ranks: 11/11/10) and rank 0 holds
 the largest share of every parameter. The figures are rank 0's: the rank that must fit.
@@ -26,6 +26,7 @@ from torch import nn
 
 from gpulab.fsdp_memory import Peak, fsdp_peak, shard_numels, units_of
 from gpulab.tables import format_rows
+from gpulab.validate import non_negative_int, one_of, positive_int
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 
@@ -74,22 +75,6 @@ STRATEGIES: dict[str, frozenset[str]] = {
 }
 
 
-def _choice(name: str, value: str, valid) -> None:
-    if value not in valid:
-        raise ValueError(f"unknown {name} {value!r}: use one of {', '.join(valid)}")
-
-
-def mlp_on_meta(sizes: Sequence[int]) -> nn.Module:
-    """``Linear`` layers (with biases) of the given widths, ReLU between them, on the ``meta`` device."""
-    if len(sizes) < 2 or any(not isinstance(s, int) or s < 1 for s in sizes):
-        raise ValueError(f"need at least two positive layer widths, got {list(sizes)}")
-    layers: list[nn.Module] = []
-    with torch.device("meta"):
-        for n_in, n_out in zip(sizes[:-1], sizes[1:]):
-            layers += [nn.Linear(n_in, n_out), nn.ReLU()]
-    return nn.Sequential(*layers[:-1])
-
-
 def parameter_shapes(model: nn.Module | int) -> list[tuple[int, ...]]:
     """The shapes of the model's parameters; a bare count is one flat tensor of that many numbers."""
     if isinstance(model, nn.Module):
@@ -98,7 +83,7 @@ def parameter_shapes(model: nn.Module | int) -> list[tuple[int, ...]]:
             raise ValueError("the model has no parameters")
         return shapes
     if isinstance(model, bool) or not isinstance(model, int) or model < 1:
-        raise ValueError(f"parameter count must be a positive integer or an nn.Module, got {model!r}")
+        raise ValueError(f"model={model!r} must be a parameter count (a whole number >= 1) or an nn.Module")
     return [(model,)]
 
 
@@ -145,14 +130,12 @@ def estimate(model: nn.Module | int, precision: str = "fp32", optimizer: str = "
     it has any, else one unit: the whole model). ``reshard_after_forward=False`` keeps every unit gathered
     from its forward to its backward. ``on_cpu`` adds the copies CPU kernels make (:func:`gpulab.fsdp_memory.fsdp_peak`).
     """
-    _choice("precision", precision, PRECISIONS)
-    _choice("optimizer", optimizer, OPTIMIZER_STATES)
-    _choice("strategy", strategy, STRATEGIES)
-    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
-        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
-    if activations is not None and (isinstance(activations, bool) or not isinstance(activations, int)
-                                    or activations < 0):
-        raise ValueError(f"activations must be a number of bytes >= 0, got {activations!r}")
+    one_of(precision, PRECISIONS, "precision")
+    one_of(optimizer, OPTIMIZER_STATES, "optimizer")
+    one_of(strategy, STRATEGIES, "strategy")
+    positive_int(ranks, "ranks")
+    if activations is not None:
+        non_negative_int(activations, "activations (bytes)")
     if not isinstance(reshard_after_forward, bool):
         raise ValueError(f"reshard_after_forward must be True or False, got {reshard_after_forward!r}")
     if strategy != "zero3" and (units is not None or not reshard_after_forward or on_cpu):
@@ -240,7 +223,7 @@ def compare(name: str, model: nn.Module, x: torch.Tensor, y: torch.Tensor, preci
     """
     from gpulab import memory
 
-    _choice("precision", precision, MEASURABLE)
+    one_of(precision, MEASURABLE, "precision")
     row = memory.training_memory(model, x, y, MEASURABLE[precision])
     est = estimate(model, precision, "adam")
     state = sum(est.components[k] for k in ("parameters", "gradients", "optimizer state"))

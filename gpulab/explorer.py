@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from gpulab import bench, devices
+from gpulab import bench, bench_results, devices
 from gpulab.precision import DTYPES
 from gpulab.reference import size_axis
 
@@ -30,8 +30,8 @@ def size_options(probe: str) -> tuple[int, ...]:
     return MATMUL_SIZES if probe == "matmul" else COPY_SIZES_MB
 
 
-def run_point(history: list[bench.BenchResult], probe: str, device: str, size: int, dtype: str,
-              min_run_time: float = 0.05) -> bench.BenchResult:
+def run_point(history: list[bench_results.BenchResult], probe: str, device: str, size: int, dtype: str,
+              min_run_time: float = 0.05) -> bench_results.BenchResult:
     """Measure one point, append it to ``history`` (replacing an older identical setting) and return it."""
     if probe == "matmul":
         result = bench.matmul_probe(device, size, dtype, min_run_time=min_run_time)
@@ -45,13 +45,13 @@ def run_point(history: list[bench.BenchResult], probe: str, device: str, size: i
     return result
 
 
-def plot_history(history: Sequence[bench.BenchResult], probe: str, ax=None):
+def plot_history(history: Sequence[bench_results.BenchResult], probe: str, ax=None):
     """Draw every measured point of ``probe`` (rate vs size, one line per device/dtype); returns the Axes."""
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.5))
-    groups: dict[str, list[bench.BenchResult]] = {}
+    groups: dict[str, list[bench_results.BenchResult]] = {}
     for r in history:
         if r.probe == probe:
             groups.setdefault(r.label, []).append(r)
@@ -73,7 +73,7 @@ def bench_explorer(min_run_time: float = 0.05):
     import ipywidgets as w
     import matplotlib.pyplot as plt
 
-    history: list[bench.BenchResult] = []
+    history: list[bench_results.BenchResult] = []
     probe = w.ToggleButtons(options=list(bench.PROBES), value="matmul", description="probe")
     size = w.Dropdown(options=list(size_options("matmul")), value=256, description="size")
     dtype = w.Dropdown(options=list(DTYPES), value="float32", description="dtype")

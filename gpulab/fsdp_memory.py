@@ -28,6 +28,8 @@ from typing import Sequence
 
 from torch import nn
 
+from gpulab.validate import positive_int
+
 
 @dataclass(frozen=True)
 class Unit:
@@ -100,8 +102,7 @@ def units_of(model: nn.Module | int, units: int | Sequence[nn.Module] | None) ->
         return ([Unit("root", rest, root=True)] if rest else []) + found
     if units is None:
         units = 1
-    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-        raise ValueError(f"units must be a positive integer for a parameter count, got {units!r}")
+    positive_int(units, "units (for a parameter count)")
     if units > model:
         raise ValueError(f"units={units} is more than the {model:,} parameters")
     base, extra = divmod(model, units)

@@ -27,13 +27,14 @@ import os
 import tempfile
 import warnings
 from dataclasses import asdict, dataclass
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
 
 from gpulab.devices import pick_device
 from gpulab.tables import format_rows
+from gpulab.torch_private import memory_categories
 
 #: Variant name -> (autocast dtype, dtype the weights and the batch are cast to).
 VARIANTS: dict[str, tuple[torch.dtype | None, torch.dtype | None]] = {
@@ -46,9 +47,21 @@ VARIANTS: dict[str, tuple[torch.dtype | None, torch.dtype | None]] = {
 DEFAULT_VARIANTS = ("float32", "autocast bfloat16", "bfloat16 weights")
 
 
-def tensor_bytes(tensors) -> int:
-    """Bytes of the given tensors (``None`` entries skipped)."""
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+def tensor_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
+    """Bytes of the given tensors' own elements (``None`` entries skipped; views count their elements only)."""
+    total = 0
+    for t in tensors:
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"expected tensors, got {type(t).__name__}")
+        total += t.numel() * t.element_size()
+    return total
+
+
+def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind the tensors: what is really allocated (padding included)."""
+    return sum(dict(_storage(t) for t in tensors).values())
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
@@ -179,8 +192,6 @@ def profiled_timeline(model: nn.Module, x: torch.Tensor, y: torch.Tensor, varian
     (``parameter``, ``optimizer state``, ``input``, ``temporary``, ``activation``, ``gradient``,
     ``autograd detail``, ``unknown``); each entry of the list maps those names to bytes. Slower than a plain step.
     """
-    from torch.profiler import _memory_profiler  # the export's column order lives only here
-
     _, _, _, step = _one_step(model, x, y, variant)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if x.device.type == "cuda":
@@ -194,7 +205,7 @@ def profiled_timeline(model: nn.Module, x: torch.Tensor, y: torch.Tensor, varian
         prof.export_memory_timeline(path, device=str(x.device))
         with open(path) as f:
             _, sizes = json.load(f)
-    names = ["unknown" if c is None else c.name.lower().replace("_", " ") for c in _memory_profiler._CATEGORY_TO_INDEX]
+    names = memory_categories()  # the export's column order lives only in a private table
     return [dict(zip(names, at_time[1:])) for at_time in sizes]  # column 0 of the export is unused
 
 

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from gpulab.memory import tensor_bytes
 from gpulab.validate import positive_int
 
 ELEMENTWISE_FLOPS = {"relu": 1, "gelu": 8}
@@ -53,16 +54,6 @@ def _counted(fn: Callable, *args):
 def count_flops(fn: Callable, *args) -> int:
     """FLOPs of ``fn(*args)`` as FlopCounterMode counts them (plus the element-wise formulas above)."""
     return _counted(fn, *args)[0]
-
-
-def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
-    """Bytes the tensors occupy: elements x bytes per element, summed."""
-    total = 0
-    for t in tensors:
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"expected tensors, got {type(t).__name__}")
-        total += t.numel() * t.element_size()
-    return total
 
 
 @dataclass(frozen=True)

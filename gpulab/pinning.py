@@ -12,7 +12,7 @@ so a pass over the data costs little more than the copies themselves::
     from gpulab import pinning
     pinning.loader_probe("cuda", size_mb=256, pin_memory=True, non_blocking=True)
 
-The result is a :class:`gpulab.bench.BenchResult` with ``probe="copy"`` and ``kind="loader"``.
+The result is a :class:`gpulab.bench_results.BenchResult` with ``probe="copy"`` and ``kind="loader"``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import warnings
 import torch
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 
-from gpulab import bench, devices
+from gpulab import bench, bench_results, devices, timing
 from gpulab.validate import non_negative_int, positive_int
 
 #: The warning a DataLoader gives for ``pin_memory=True`` without an accelerator (older torch: "CUDA").
@@ -98,7 +98,7 @@ def who_pins() -> list[dict]:
 
 def loader_probe(device: str | torch.device = "auto", size_mb: int = 256, *, batch_rows: int = 4096,
                  features: int = 1024, pin_memory: bool = False, non_blocking: bool = False,
-                 num_workers: int = 0, min_run_time: float = 0.2) -> bench.BenchResult:
+                 num_workers: int = 0, min_run_time: float = 0.2) -> bench_results.BenchResult:
     """Seconds of one pass over ``size_mb`` MiB of float32 rows, each batch moved to ``device``; GB/s.
 
     ``pin_memory=True`` (CUDA only) makes the loader copy each batch into pinned memory first, so
@@ -116,7 +116,7 @@ def loader_probe(device: str | torch.device = "auto", size_mb: int = 256, *, bat
     loader = slice_loader(torch.randn(rows, features), torch.randn(rows, 1), batch_rows, pin_memory=pin_memory,
                           num_workers=num_workers)
     stmt = "for xb, yb in loader:\n    xb.to(dev, non_blocking=nb); yb.to(dev, non_blocking=nb)"
-    seconds, repeats = bench.time_call(stmt, {"loader": loader, "dev": dev, "nb": non_blocking}, dev,
+    seconds, repeats = timing.time_call(stmt, {"loader": loader, "dev": dev, "nb": non_blocking}, dev,
                                        warmup=1, min_run_time=min_run_time)
     moved = rows * (features + 1) * 4
     return bench.make_result("copy", dev, threads=torch.get_num_threads(), dtype="float32", size=size_mb,

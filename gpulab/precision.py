@@ -193,9 +193,9 @@ def matmul_mode_seconds(device: str | torch.device = "cpu", mode: str = "float32
 
     ``"float32"`` is strict FP32 (``set_float32_matmul_precision("highest")``); ``"tf32"`` allows
     TF32 tensor cores (``"high"``; CUDA since Ampere, elsewhere usually the same as float32).
-    Timed by :func:`gpulab.bench.time_call`; a mode the device cannot run raises a one-line ValueError.
+    Timed by :func:`gpulab.timing.time_call`; a mode the device cannot run raises a one-line ValueError.
     """
-    from gpulab.bench import float32_matmul_precision, time_call
+    from gpulab.timing import float32_matmul_precision, time_call
 
     if mode not in MATMUL_MODES:
         raise ValueError(f"unknown mode {mode!r}: use one of {', '.join(MATMUL_MODES)}")

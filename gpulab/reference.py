@@ -4,7 +4,7 @@
 slug ``SLUG`` (e.g. ``nvidia-h200``), files committed unchanged under ``gpulab/reference/``:
 
 - ``SLUG-matmul-float32.json``, ``SLUG-copy-h2d.json``, ...: bench files, exactly as
-  :func:`gpulab.bench.save_results` (and ``gpulab bench ... --json``) writes them;
+  :func:`gpulab.bench_results.save_results` (and ``gpulab bench ... --json``) writes them;
 - ``SLUG-measure.json``: the environment and every other figure (the Boston loop, DataParallel,
   DDP, autocast steps, memory), as tables of rows, format :data:`MEASURE_FORMAT`.
 
@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from gpulab.bench import PROBES, BenchResult
+from gpulab.bench import PROBES
+from gpulab.bench_results import BenchResult
 from gpulab.precision import dtype_from_name, dtype_name
 from gpulab.bench_results import is_bench_file, read_json, results_from_json
 from gpulab.tables import format_rows

@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:  # the script runs from a checkout: gpulab comes f
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from gpulab import bench, devices, memory, nvidia_smi, pinning, precision, reference  # noqa: E402
+from gpulab import bench, bench_results, devices, memory, nvidia_smi, pinning, precision, reference, timing
 from gpulab.atomic import write_json  # noqa: E402
 from gpulab.bench_results import now, read_json  # noqa: E402
 
@@ -58,7 +58,7 @@ class Skip(Exception):
 
 def environment() -> dict:
     """Versions, the device's properties and settings, and what nvidia-smi says."""
-    env = {**bench.environment(), "date": now(), "cpu": devices.cpu_description(), "cpu_count": os.cpu_count(),
+    env = {**bench_results.environment(), "date": now(), "cpu": devices.cpu_description(), "cpu_count": os.cpu_count(),
            "threads": torch.get_num_threads(), "cuda_runtime": torch.version.cuda, "torch_git": torch.version.git_version,
            "allow_tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "allow_tf32_cudnn": torch.backends.cudnn.allow_tf32,
            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"), "machine": platform.machine()}
@@ -95,7 +95,7 @@ class Recorder:
         try:  # recorded with every run, whatever steps it makes
             self.data["environment"] = environment()
         except Exception as exc:  # never worth losing the measurements for
-            self.data["environment"] = {**bench.environment(), "error": f"{type(exc).__name__}: {exc}"}
+            self.data["environment"] = {**bench_results.environment(), "error": f"{type(exc).__name__}: {exc}"}
 
     def write(self) -> None:
         self.data["updated"] = now()
@@ -103,7 +103,7 @@ class Recorder:
 
     def save(self, what: str, results) -> str:
         """Write a bench file ``SLUG-what.json`` and return its name."""
-        return bench.save_results(self.folder / reference.bench_file_name(self.slug, what), results).name
+        return bench_results.save_results(self.folder / reference.bench_file_name(self.slug, what), results).name
 
     def run(self, name: str, step) -> None:
         elapsed = time.monotonic() - self.start
@@ -289,7 +289,7 @@ def autocast_step(rec: Recorder) -> dict:
     rows = []
     for label, dtype, mp in (("float32", None, "highest"), ("float32 + TF32", None, "high"),
                              ("autocast bfloat16", torch.bfloat16, None), ("autocast float16 + GradScaler", torch.float16, None)):
-        with bench.float32_matmul_precision(mp):
+        with timing.float32_matmul_precision(mp):
             rows.append(_fit_rows(rec, label, copy.deepcopy(model), X, y, len(X), autocast_dtype=dtype))
     return {"rows": rows, "note": f"MLP {tuple(model[0].weight.shape[::-1])}+{model[2].weight.shape[0]}, "
                                   f"batch {len(X)}, Adam, one step per epoch of gpulab.train.fit"}

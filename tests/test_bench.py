@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from gpulab import bench
+from gpulab import bench, bench_results, timing
 from gpulab.precision import dtype_from_name, dtype_name
 
 FAST = 0.01  # seconds of timing per measurement: enough to exercise the code, not to measure
@@ -54,7 +54,7 @@ def test_threads_are_set_for_the_measurement_and_restored():
 def test_threads_are_restored_after_an_error():
     before = torch.get_num_threads()
     with pytest.raises(RuntimeError):
-        with bench.using_threads(1):
+        with timing.using_threads(1):
             assert torch.get_num_threads() == 1
             raise RuntimeError("boom")
     assert torch.get_num_threads() == before
@@ -89,7 +89,7 @@ def test_copy_probe_moves_the_same_bytes_whatever_the_dtype(dtype, size_mb):
         (lambda: bench.copy_probe("cpu", 1, "h2d"), "needs an accelerator"),
         (lambda: bench.copy_probe("cpu", 1, "d2h"), "needs an accelerator"),
         (lambda: bench.copy_probe("cpu", 1, pinned=True), "pinned=True"),
-        (lambda: bench.time_call("x", {"x": 1}, min_run_time=0), "min_run_time"),
+        (lambda: timing.time_call("x", {"x": 1}, min_run_time=0), "min_run_time"),
         (lambda: bench.matmul_sweep("cpu", [8, 0]), "size=0"),
         (lambda: bench.copy_sweep("cpu", [1, -1]), "size_mb=-1"),
         (lambda: bench.default_sizes("fft"), "unknown probe"),
@@ -132,34 +132,34 @@ def test_default_sizes_on_cpu_are_small():
 
 def test_json_round_trip(tmp_path):
     rs = [bench.matmul_probe("cpu", 8, min_run_time=FAST), bench.copy_probe("cpu", 1, min_run_time=FAST)]
-    path = bench.save_results(tmp_path / "sub" / "run.json", rs)
+    path = bench_results.save_results(tmp_path / "sub" / "run.json", rs)
     data = json.loads(path.read_text())
-    assert data["format"] == bench.FORMAT and data["environment"]["torch"] == torch.__version__
-    assert bench.load_results(path) == rs
+    assert data["format"] == bench_results.FORMAT and data["environment"]["torch"] == torch.__version__
+    assert bench_results.load_results(path) == rs
     assert [p.name for p in path.parent.iterdir()] == ["run.json"]  # no temporary left behind
-    assert bench.BenchResult.from_dict(rs[0].to_dict()) == rs[0]
+    assert bench_results.BenchResult.from_dict(rs[0].to_dict()) == rs[0]
 
 
 def test_save_refuses_nothing_and_directories(tmp_path):
     with pytest.raises(ValueError, match="no results"):
-        bench.save_results(tmp_path / "x.json", [])
+        bench_results.save_results(tmp_path / "x.json", [])
     r = bench.matmul_probe("cpu", 8, min_run_time=FAST)
     with pytest.raises(ValueError, match="directory"):
-        bench.save_results(tmp_path, [r])
+        bench_results.save_results(tmp_path, [r])
 
 
 def test_load_rejects_files_that_are_not_bench_files(tmp_path):
     (tmp_path / "a.json").write_text("{not json")
     with pytest.raises(ValueError, match="a.json is not valid JSON"):
-        bench.load_results(tmp_path / "a.json")
+        bench_results.load_results(tmp_path / "a.json")
     (tmp_path / "b.json").write_text(json.dumps({"results": []}))
     with pytest.raises(ValueError, match="not a gpulab bench file"):
-        bench.load_results(tmp_path / "b.json")
+        bench_results.load_results(tmp_path / "b.json")
     good = bench.matmul_probe("cpu", 8, min_run_time=FAST).to_dict()
     for broken in ({**good, "colour": "red"}, {k: v for k, v in good.items() if k != "rate"}):
-        (tmp_path / "c.json").write_text(json.dumps({"format": bench.FORMAT, "results": [broken]}))
+        (tmp_path / "c.json").write_text(json.dumps({"format": bench_results.FORMAT, "results": [broken]}))
         with pytest.raises(ValueError, match="c.json"):
-            bench.load_results(tmp_path / "c.json")
+            bench_results.load_results(tmp_path / "c.json")
 
 
 def test_every_result_records_the_float32_matmul_precision():
@@ -175,7 +175,7 @@ def test_every_result_records_the_float32_matmul_precision():
 def test_matmul_precision_is_restored_after_an_error_and_checked():
     before = torch.get_float32_matmul_precision()
     with pytest.raises(RuntimeError):
-        with bench.float32_matmul_precision("medium") as used:
+        with timing.float32_matmul_precision("medium") as used:
             assert used == "medium" == torch.get_float32_matmul_precision()
             raise RuntimeError("boom")
     assert torch.get_float32_matmul_precision() == before
@@ -188,8 +188,8 @@ def test_matmul_precision_is_restored_after_an_error_and_checked():
 def test_files_written_before_the_precision_field_still_load(tmp_path):
     old = bench.matmul_probe("cpu", 8, min_run_time=FAST).to_dict()
     del old["matmul_precision"]
-    (tmp_path / "old.json").write_text(json.dumps({"format": bench.FORMAT, "results": [old]}))
-    [r] = bench.load_results(tmp_path / "old.json")
+    (tmp_path / "old.json").write_text(json.dumps({"format": bench_results.FORMAT, "results": [old]}))
+    [r] = bench_results.load_results(tmp_path / "old.json")
     assert r.matmul_precision is None and r.label == "cpu float32, " + f"{r.threads} thread" + "s" * (r.threads != 1)
 
 
@@ -207,7 +207,7 @@ def test_labels_tell_apart_every_setting_that_changes_the_figure():
     labels = {_on_gpu(c, kind="h2d", pinned=p, non_blocking=nb).label for p in (False, True) for nb in (False, True)}
     assert labels == {"NVIDIA H200 h2d", "NVIDIA H200 h2d non_blocking", "NVIDIA H200 h2d pinned",
                       "NVIDIA H200 h2d pinned non_blocking"}
-    table = bench.format_table([_on_gpu(m, matmul_precision="high"), _on_gpu(c, kind="h2d", pinned=True, non_blocking=True)])
+    table = bench_results.format_table([_on_gpu(m, matmul_precision="high"), _on_gpu(c, kind="h2d", pinned=True, non_blocking=True)])
     assert " tf32 " in table and "h2d+pin+nb" in table
 
 
@@ -250,10 +250,10 @@ def test_default_matmul_sizes_on_a_gpu_are_past_the_launch_bound_region(monkeypa
 
 def test_table_has_a_line_per_result_and_labels_name_threads():
     rs = bench.matmul_sweep("cpu", [8, 16], threads=1, min_run_time=FAST)
-    table = bench.format_table(rs)
+    table = bench_results.format_table(rs)
     assert len(table.splitlines()) == 2 + len(rs) and "GFLOP/s" in table
     assert rs[0].label == "cpu float32, 1 thread"
-    assert bench.format_table([]) == "(no results)"
+    assert bench_results.format_table([]) == "(no results)"
 
 
 # ----------------------------------------------------------------------------- the notebook explorer's logic

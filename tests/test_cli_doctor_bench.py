@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from gpulab import bench, cli, devices
+from gpulab import bench_results, cli, devices
 
 NO_CUDA = not torch.cuda.is_available()
 
@@ -88,7 +88,7 @@ def test_bench_matmul_prints_a_table_and_writes_json(tmp_path, capsys):
                      "--min-run-time", "0.01", "--json", str(path)]) == 0
     out = capsys.readouterr().out
     assert "GFLOP/s" in out and "wrote 2 result(s) to m.json" in out
-    results = bench.load_results(path)
+    results = bench_results.load_results(path)
     assert [(r.size, r.threads, r.dtype) for r in results] == [(8, 1, "float32"), (16, 1, "float32")]
 
 
@@ -97,19 +97,19 @@ def test_bench_copy_via_subprocess(tmp_path):
                       "--min-run-time", "0.01", "--json", str(tmp_path / "c.json"))
     assert done.returncode == 0, done.stderr
     assert "GB/s" in done.stdout
-    [r] = bench.load_results(tmp_path / "c.json")
+    [r] = bench_results.load_results(tmp_path / "c.json")
     assert (r.probe, r.kind, r.size, r.dtype) == ("copy", "device", 1, "bfloat16")
 
 
 def test_bench_tf32_and_add_are_recorded_in_the_json(tmp_path, capsys):
     assert cli.main(["bench", "matmul", "--device", "cpu", "--sizes", "8", "--matmul-precision", "high",
                      "--min-run-time", "0.01", "--json", str(tmp_path / "t.json")]) == 0
-    [r] = bench.load_results(tmp_path / "t.json")
+    [r] = bench_results.load_results(tmp_path / "t.json")
     assert (r.dtype, r.matmul_precision) == ("float32", "high")
     assert torch.get_float32_matmul_precision() == "highest"
     assert cli.main(["bench", "copy", "--device", "cpu", "--kind", "add", "--sizes", "1",
                      "--min-run-time", "0.01", "--json", str(tmp_path / "a.json")]) == 0
-    [r] = bench.load_results(tmp_path / "a.json")
+    [r] = bench_results.load_results(tmp_path / "a.json")
     assert (r.kind, r.bytes_moved) == ("add", 3 * 2**20)
     assert "add" in capsys.readouterr().out
 

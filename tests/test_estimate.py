@@ -9,7 +9,7 @@ from torch import nn
 from gpulab import estimate as est
 from gpulab import memory
 from gpulab.cli import main
-from gpulab.models import Net1
+from gpulab.models import Net1, mlp
 
 STATE = ("parameters", "gradients", "optimizer state")
 
@@ -137,12 +137,12 @@ def test_fsdp_peak_by_hand():
     assert cpu.peak.parts["copies into the buffer (CPU)"] == 24
     # Padding: 5 rows over 2 ranks are stored as 3 + 3; the gathered unit is 6 rows, and while its forward
     # copies it out of the all-gather's buffer both are alive (one unit, the root: at the forward).
-    odd = est.estimate(est.mlp_on_meta([4, 5]), "fp32", "sgd", "zero3", 2, units=[])
+    odd = est.estimate(mlp([4, 5], device="meta"), "fp32", "sgd", "zero3", 2, units=[])
     assert odd.peak.at == "forward of root" and odd.peak.parts["gathered weights"] == 2 * (2 * (3 * 4 + 3) * 4)
 
 
 def test_units_from_modules_and_from_fully_shard():
-    model = est.mlp_on_meta([8, 16, 16, 1])
+    model = mlp([8, 16, 16, 1], device="meta")
     layers = [m for m in model if isinstance(m, nn.Linear)]
     e = est.estimate(model, "fp32", "adam", "zero3", 2, units=layers[1:])
     assert e.units == 3  # the first Linear stays with the root, gathered for the whole step
@@ -163,10 +163,10 @@ def test_units_from_modules_and_from_fully_shard():
 
 
 def test_a_meta_model_allocates_nothing_and_counts_like_the_real_one():
-    big = est.mlp_on_meta([8192, 8192, 8192, 8192, 1])
+    big = mlp([8192, 8192, 8192, 8192, 1], device="meta")
     assert all(p.is_meta for p in big.parameters())
     assert est.estimate(big).parameters == 3 * (8192 * 8192 + 8192) + 8192 + 1
-    same = est.estimate(est.mlp_on_meta([13, 16, 32, 1]), "bf16-autocast", "adam", "zero2", 3)
+    same = est.estimate(mlp([13, 16, 32, 1], device="meta"), "bf16-autocast", "adam", "zero2", 3)
     real = est.estimate(Net1(13, 16, 32, 1), "bf16-autocast", "adam", "zero2", 3)
     assert same == real
 
@@ -186,13 +186,13 @@ def test_format_lists_every_component_and_the_total():
     ({"precision": "fp8"}, "unknown precision 'fp8': use one of fp32"),
     ({"optimizer": "lion"}, "unknown optimizer 'lion'"),
     ({"strategy": "zero4"}, "unknown strategy 'zero4': use one of none, zero1, zero2, zero3"),
-    ({"ranks": 0}, "ranks must be a positive integer, got 0"),
-    ({"activations": -1}, "activations must be a number of bytes >= 0, got -1"),
+    ({"ranks": 0}, "ranks=0 must be a whole number >= 1"),
+    ({"activations": -1}, r"activations \(bytes\)=-1 must be a whole number >= 0"),
     ({"units": 2}, "describe FSDP2's zero3, not strategy 'none'"),
     ({"strategy": "zero1", "reshard_after_forward": False}, "not strategy 'zero1'"),
-    ({"strategy": "zero3", "units": 0}, "units must be a positive integer for a parameter count, got 0"),
+    ({"strategy": "zero3", "units": 0}, r"units \(for a parameter count\)=0 must be a whole number >= 1"),
     ({"strategy": "zero3", "units": 101}, "units=101 is more than the 100 parameters"),
-    ({"strategy": "zero3", "units": [nn.Linear(2, 2)]}, "units must be a positive integer"),
+    ({"strategy": "zero3", "units": [nn.Linear(2, 2)]}, r"units \(for a parameter count\)=.* must be a whole number >= 1"),
     ({"strategy": "zero3", "reshard_after_forward": "no"}, "reshard_after_forward must be True or False"),
 ])
 def test_bad_arguments(kwargs, message):
@@ -205,7 +205,7 @@ def test_bad_arguments(kwargs, message):
     ([nn.Linear(3, 3)], "units must be modules of the model")])
 def test_bad_units_for_a_model(units, message):
     with pytest.raises(ValueError, match=message):
-        est.estimate(est.mlp_on_meta([4, 4]), "fp32", "adam", "zero3", 2, units=units)
+        est.estimate(mlp([4, 4], device="meta"), "fp32", "adam", "zero3", 2, units=units)
 
 
 @pytest.mark.parametrize("model", [0, -5, 1.5, "7e9", True, nn.ReLU()])

@@ -10,7 +10,7 @@ from gpulab.evaluation import (
     MODELS, ImprovedConfig, Score, fit_and_predict, fit_improved, format_table, ratio,
     repeated_evaluation,
 )
-from gpulab.bench import using_threads
+from gpulab.timing import using_threads
 from gpulab.models import EnsembleMLP
 
 TINY = ImprovedConfig(members=2, hidden=8, epochs=6, patience=2)

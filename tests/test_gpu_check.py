@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab import bench, reference
+from gpulab import bench_results, reference
 from scripts_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,7 +161,7 @@ def test_gpu_check_dry_run_writes_the_layout(tmp_path):
                 reference.bench_file_name(slug, "copy-device")}
     assert expected <= set(names) and all(n.endswith(".json") for n in names)
     assert [r.name for r in reference.load_references(out / "reference")] == sorted(expected - {reference.measure_file_name(slug)})
-    assert bench.load_results(out / "reference" / reference.bench_file_name(slug, "matmul-float32"))
+    assert bench_results.load_results(out / "reference" / reference.bench_file_name(slug, "matmul-float32"))
     times = {e["notebook"]: e for e in json.loads((out / "notebooks" / "times.json").read_text())}
     assert times["good.ipynb"]["status"] == "pass" and times["bad.ipynb"]["status"] == "fail"  # ...and says which
     assert "broken on purpose" in times["bad.ipynb"]["error"]

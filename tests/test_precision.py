@@ -125,16 +125,16 @@ def test_matmul_modes_time_every_mode_against_strict_float32():
 
 
 def test_tf32_mode_runs_under_high_precision(monkeypatch):
-    from gpulab import bench
+    from gpulab import timing
 
     seen = []
-    real = bench.time_call
+    real = timing.time_call
 
     def spy(stmt, env, device, **kwargs):
         seen.append((stmt, torch.get_float32_matmul_precision(), {k: getattr(v, "dtype", None) for k, v in env.items()}))
         return real(stmt, env, device, **kwargs)
 
-    monkeypatch.setattr(bench, "time_call", spy)
+    monkeypatch.setattr(timing, "time_call", spy)
     for mode in ("float32", "tf32", "bfloat16", "autocast bfloat16"):
         precision.matmul_mode_seconds("cpu", mode, n=8, min_run_time=0.01)
     (s32, p32, _), (_, ptf, _), (_, _, pre), (auto, _, envauto) = seen

@@ -10,7 +10,8 @@ import torch
 
 from gpulab.exercises import Feedback
 from gpulab.exercises.questions import QUESTIONS
-from gpulab.exercises.quiz import Option, Question, check, notebook_key, parse_typed, questions, quiz
+from gpulab.exercises import Option, Question
+from gpulab.exercises.quiz import check, notebook_key, parse_typed, questions, quiz
 
 CHOICE = [(nb, i, q) for nb, qs in QUESTIONS.items() for i, q in enumerate(qs, start=1) if q.options]
 VALUE = [(nb, i, q) for nb, qs in QUESTIONS.items() for i, q in enumerate(qs, start=1) if q.grade]

@@ -10,7 +10,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from gpulab import bench, reference  # noqa: E402
+from gpulab import bench, bench_results, reference
 
 FAST = 0.01
 
@@ -21,7 +21,7 @@ def recorded(tmp_path):
     rs = bench.matmul_sweep("cpu", [8, 16], "float32", min_run_time=FAST)
     rs += bench.matmul_sweep("cpu", [8], "bfloat16", min_run_time=FAST)
     rs += [bench.copy_probe("cpu", 1, min_run_time=FAST)]
-    bench.save_results(tmp_path / "somegpu.json", rs)
+    bench_results.save_results(tmp_path / "somegpu.json", rs)
     (tmp_path / "README.md").write_text("not a result")
     return tmp_path, rs
 
@@ -63,7 +63,7 @@ def test_summary_names_each_file(recorded):
 
 def test_broken_reference_file_is_named(tmp_path):
     good = bench.matmul_probe("cpu", 8, min_run_time=FAST).to_dict()
-    (tmp_path / "bad.json").write_text(json.dumps({"format": bench.FORMAT, "results": [{**good, "colour": 1}]}))
+    (tmp_path / "bad.json").write_text(json.dumps({"format": bench_results.FORMAT, "results": [{**good, "colour": 1}]}))
     with pytest.raises(ValueError, match="bad.json"):
         reference.load_references(tmp_path)
     (tmp_path / "bad.json").write_text("{")

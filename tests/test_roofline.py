@@ -14,7 +14,7 @@ from torch import nn
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from gpulab import bench, cpupeak, devices, opcount, roofline  # noqa: E402
+from gpulab import bench, bench_results, cpupeak, devices, memory, opcount, roofline
 from gpulab.exercises.quiz import check  # noqa: E402
 from gpulab.exercises.roofline import cases, check_bound  # noqa: E402
 from gpulab.models import Net1  # noqa: E402
@@ -57,7 +57,7 @@ def test_op_cost_and_counts_reject_bad_inputs():
     with pytest.raises(ValueError, match="must be callable"):
         opcount.op_cost("x", "not a function", torch.ones(2))
     with pytest.raises(ValueError, match="expected tensors, got list"):
-        opcount.tensor_bytes([[1, 2]])
+        memory.tensor_bytes([[1, 2]])
     with pytest.raises(ValueError, match="matrix size=0 must be a whole number >= 1"):
         opcount.matmul_cost(0, 2, 2)
     with pytest.raises(ValueError, match="batch"):
@@ -125,7 +125,7 @@ def test_gpu_roofline_is_none_without_a_recording_and_read_from_one(tmp_path):
     fake = [dataclasses.replace(mm, description="Fake GPU", rate=5000.0),
             dataclasses.replace(mm, description="Fake GPU", rate=9000.0, matmul_precision="high"),  # TF32: not FP32
             dataclasses.replace(bench.copy_probe("cpu", 1, min_run_time=0.01), description="Fake GPU", rate=2000.0)]
-    bench.save_results(tmp_path / "fake-gpu.json", fake)
+    bench_results.save_results(tmp_path / "fake-gpu.json", fake)
     line = roofline.recorded_gpu_roofline(tmp_path)
     assert line.peak_flops == 5000e9 and line.bandwidth == 2000e9 and "Fake GPU" in line.name
 

@@ -329,7 +329,7 @@ def test_every_value_question_is_answered_with_what_its_check_accepts():
 
 def test_the_key_follows_the_questions_it_is_generated_from(monkeypatch):
     from gpulab.exercises import answer_key, correct, questions, wrong
-    from gpulab.exercises.quiz import Option, Question
+    from gpulab.exercises import Option, Question
 
     hidden = Question("Which number, between 1 and 5000, times 3 gives 7281?",
                       grade=lambda a: correct("2427") if a == 7281 // 3 else wrong("no"), example="7")

@@ -12,7 +12,6 @@ import importlib
 import sys
 from typing import Sequence
 
-from gpulab.argtypes import non_negative_int, positive_float, positive_int  # noqa: F401 (sub-commands import them from here)
 
 # Sub-command name -> module under gpulab.cli that implements it.
 COMMANDS = {

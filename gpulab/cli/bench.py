@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpulab import bench
+from gpulab import bench, bench_results, timing
 from gpulab.argtypes import positive_float, positive_int
 from gpulab.devices import pick_device
 from gpulab.precision import DTYPES
@@ -36,7 +36,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="comma-separated: matrix sides for matmul, MiB for copy (default depends on device)")
     parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads for the measurement")
-    parser.add_argument("--matmul-precision", choices=bench.MATMUL_PRECISIONS, default=None,
+    parser.add_argument("--matmul-precision", choices=timing.MATMUL_PRECISIONS, default=None,
                         help="matmul only: torch.set_float32_matmul_precision for the run (high: TF32 on CUDA; "
                              "default: leave torch's setting, normally highest)")
     parser.add_argument("--kind", choices=bench.COPY_KINDS, default="device",
@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
         results = bench.copy_sweep(device, sizes, args.kind, pinned=args.pinned, non_blocking=args.non_blocking,
                                    dtype=args.dtype, threads=args.threads, min_run_time=args.min_run_time)
     print(f"{results[0].description} ({results[0].device}), torch {results[0].torch_version}")
-    print(bench.format_table(results))
+    print(bench_results.format_table(results))
     if args.json:
-        path = bench.save_results(args.json, results)
+        path = bench_results.save_results(args.json, results)
         print(f"wrote {len(results)} result(s) to {path.name}")
     return 0

@@ -48,7 +48,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Print the table; 0."""
-    from gpulab.estimate import estimate, format_estimate, mlp_on_meta
+    from gpulab.estimate import estimate, format_estimate
+    from gpulab.models import mlp
 
     if args.mlp is not None and len(args.mlp) < 2:
         raise ValueError(f"--mlp needs at least two widths (input and output), got {args.mlp[0]}")
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--units layers needs --mlp; with --params give a number of units")
     if args.mlp is not None and isinstance(args.units, int):
         raise ValueError(f"--units {args.units} splits a --params count; with --mlp use --units layers")
-    model = mlp_on_meta(args.mlp) if args.mlp is not None else args.params
+    model = mlp(args.mlp, device="meta") if args.mlp is not None else args.params
     units = [m for m in model if m.__class__.__name__ == "Linear"] if args.units == "layers" else args.units
     activations = None if args.activations_gib is None else round(args.activations_gib * 2**30)
     print(format_estimate(estimate(model, args.precision, args.optimizer, args.strategy, args.ranks, activations,

@@ -11,7 +11,7 @@ import json
 import sys
 
 from gpulab.atomic import write_json
-from gpulab.cli import positive_float
+from gpulab.argtypes import positive_float
 from gpulab.preflight import MIN_FREE_GIB, run_checks
 from gpulab.preflight_report import format_check, passed, report, room, summary
 

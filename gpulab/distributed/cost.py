@@ -103,15 +103,10 @@ def ddp_bucket_defaults() -> dict:
     ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`` (exported by ``torch.distributed``, underscored).
     A name this torch lacks falls back to the documented value and says so in ``source``.
     """
-    found: dict = {}
-    try:
-        import torch.distributed as dist
-        from torch.nn.parallel import distributed as ddp_module
+    from gpulab.torch_private import ddp_default_bucket_caps
 
-        found["bucket_cap_mb"] = float(getattr(ddp_module, "_DEFAULT_BUCKET_CAP_MB"))
-        found["first_bucket_mb"] = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES") / MIB
-    except (ImportError, AttributeError):
-        pass
+    caps = ddp_default_bucket_caps()
+    found = {} if caps is None else {"bucket_cap_mb": caps[0], "first_bucket_mb": caps[1]}
     read = {"bucket_cap_mb": "torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB",
             "first_bucket_mb": "torch.distributed._DEFAULT_FIRST_BUCKET_BYTES / 2**20"}
     documented = {"bucket_cap_mb": DOCUMENTED_BUCKET_MB, "first_bucket_mb": DOCUMENTED_FIRST_BUCKET_MB}

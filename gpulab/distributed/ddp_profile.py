@@ -27,6 +27,7 @@ from gpulab.distributed.cost import ddp_buckets, gradient_bytes
 from gpulab.models import Net1, mlp
 from gpulab.step import train_step
 from gpulab.timing import Stopwatch
+from gpulab.torch_private import ddp_rebuilt_bucket_sizes, trace_start_us
 
 MODELS = {"net1": (13, 16, 32, 1), "mlp": (512, 2048, 2048, 1), "deep": (512,) * 9 + (1,)}
 ROWS = {"net1": 64, "mlp": 32, "deep": 32}  # rows per rank per step
@@ -82,14 +83,6 @@ def profile_steps(model: nn.Module, opt, X, y, steps: int, warmup: int = 1, **st
             "timeline": first_step_timeline(events, calls)}
 
 
-def trace_start_us(prof) -> float | None:
-    """The profiler trace's start in microseconds since the epoch: one clock for every rank on a machine."""
-    try:
-        return prof.profiler.kineto_results.trace_start_ns() / 1e3
-    except AttributeError:  # a private attribute: absent in some versions
-        return None
-
-
 def first_step_timeline(events: list, calls: list) -> dict | None:
     """The first profiled step, in ms from its start: its length, its backward pass, its all-reduces."""
     marks = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == STEP_MARK)
@@ -102,15 +95,6 @@ def first_step_timeline(events: list, calls: list) -> dict | None:
     return {"step_ms": ms(end), "backward_ms": [ms(min(e.time_range.start for e in backward)),
                                                  ms(max(e.time_range.end for e in backward))] if backward else None,
             "all_reduce_ms": [[ms(e.time_range.start), ms(e.time_range.end)] for e in calls if inside(e)]}
-
-
-def bucket_sizes(ddp: nn.parallel.DistributedDataParallel) -> list[int] | None:
-    """The bytes of each bucket DDP uses after re-bucketing, from its logging data (None if absent)."""
-    try:
-        text = ddp._get_ddp_logging_data().get("rebuilt_bucket_sizes", "")
-    except Exception:  # a private API: absent in some versions
-        return None
-    return [int(t) for t in str(text).split(",") if t.strip()] or None
 
 
 def _ddp(model: nn.Module, cap: float | None) -> nn.parallel.DistributedDataParallel:
@@ -140,7 +124,7 @@ def predict_part(rank: int, steps: int) -> list[dict]:
         ddp = _ddp(model, None)
         X, y = rows(name, rank)
         report = profile_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=LR), X, y, n_steps)
-        sizes = bucket_sizes(ddp)
+        sizes = ddp_rebuilt_bucket_sizes(ddp)
         out.append({"model": name, "widths": list(MODELS[name]), "rows_per_rank": len(X),
                     "parameters": sum(p.numel() for p in model.parameters()),
                     "gradient_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
@@ -155,7 +139,7 @@ def buckets_part(rank: int, steps: int) -> list[dict]:
     for cap in BUCKET_CAPS:
         ddp = _ddp(build("deep"), cap)
         report = profile_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=LR), X, y, steps)
-        out.append({"bucket_cap_mb": cap, "bucket_sizes": bucket_sizes(ddp), **report})
+        out.append({"bucket_cap_mb": cap, "bucket_sizes": ddp_rebuilt_bucket_sizes(ddp), **report})
     return out
 
 

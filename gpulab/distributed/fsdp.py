@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from gpulab.distributed.torchrun import launch
+from gpulab.experiment import recipe_args
 
 
 @dataclass
@@ -23,13 +24,6 @@ class FSDPResult:
     ranks: list[dict]
     lines: list[str]
     seconds: float
-
-
-def recipe_args(recipe) -> list[str]:
-    """The recipe's options for ``gpulab.distributed.fsdp_worker``."""
-    args = ["--epochs", recipe.epochs, "--batch-size", recipe.batch_size, "--lr", repr(float(recipe.lr)),
-            "--seed", recipe.seed, "--split-seed", recipe.split_seed] + (["--no-b"] if recipe.drop_b else [])
-    return [str(a) for a in args]
 
 
 def train_fsdp(nproc: int, recipe=None, *, timeout: float = 300.0,

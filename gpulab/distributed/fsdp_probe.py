@@ -25,6 +25,9 @@ import math
 import torch
 from torch import nn
 
+from gpulab.memory import storage_bytes
+from gpulab.torch_private import allocation_tag, event_tree
+
 PROBE_WIDTH, PROBE_LAYERS, PROBE_ROWS = 257, 4, 8  # 257 rows split unevenly over 2 or 3 ranks: padding shows
 #: Name -> (MixedPrecisionPolicy dtypes or None, reshard_after_forward).
 PROBE_SETTINGS: dict[str, tuple[tuple[torch.dtype, torch.dtype] | None, bool]] = {
@@ -41,14 +44,6 @@ def probe_model(device: str | torch.device = "cpu") -> nn.Sequential:
         return nn.Sequential(*[nn.Linear(PROBE_WIDTH, PROBE_WIDTH) for _ in range(PROBE_LAYERS)])
 
 
-def _nodes(prof):
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(node.children)
-
-
 def _outermost_fsdp(node):
     found, parent = None, node.parent
     while parent is not None:
@@ -62,13 +57,11 @@ def step_allocations(prof, kept: set[int]) -> int:
 
     ``kept``: data pointers of storages that outlive the step (the new gradient shards).
     """
-    from torch._C._profiler import _EventType
-
     def unseen_free(node, by: float) -> None:  # freed where the profiler could not see it, at the latest ``by``
         outer = _outermost_fsdp(node)
         changes.append((min(by, outer.end_time_ns) if outer is not None else by, -node.extra_fields.alloc_size))
 
-    events = sorted((n for n in _nodes(prof) if n.tag == _EventType.Allocation), key=lambda n: n.start_time_ns)
+    events = sorted((n for n in event_tree(prof) if n.tag == allocation_tag()), key=lambda n: n.start_time_ns)
     live, changes = {}, []
     for node in events:
         fields = node.extra_fields
@@ -91,7 +84,7 @@ def step_allocations(prof, kept: set[int]) -> int:
 
 def _collectives(prof) -> dict[str, int]:
     counts = {"all-gathers": 0, "reduce-scatters": 0, "all-gather bytes": 0}
-    for node in _nodes(prof):
+    for node in event_tree(prof):
         if node.name == "c10d::_allgather_base_":
             out = node.extra_fields.inputs[0]
             counts["all-gathers"] += 1
@@ -99,11 +92,6 @@ def _collectives(prof) -> dict[str, int]:
         elif node.name == "c10d::_reduce_scatter_base_":
             counts["reduce-scatters"] += 1
     return counts
-
-
-def _storage_bytes(tensors) -> int:
-    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
-    return sum(storages.values())
 
 
 def measure(mesh, name: str) -> dict:
@@ -139,7 +127,7 @@ def measure(mesh, name: str) -> dict:
     step()
     shards = [p.to_local() for p in model.parameters()]
     state = [v.to_local() if hasattr(v, "to_local") else v for s in optimizer.state.values() for v in s.values()]
-    before = _storage_bytes(shards) + sum(t.nbytes for t in state) + x.nbytes + y.nbytes
+    before = storage_bytes(shards) + sum(t.nbytes for t in state) + x.nbytes + y.nbytes
     peaks, activations = [], []
     for _ in range(2):  # gloo's threads shift a few frees: the smaller of two steps' peaks
         saved.clear()
@@ -149,7 +137,7 @@ def measure(mesh, name: str) -> dict:
         grads = [p.grad.to_local() for p in model.parameters()]
         peaks.append(before + step_allocations(prof, {g.untyped_storage().data_ptr() for g in grads}))
         activations.append(sum(saved.values()))
-    return {"setting": name, "storage": {"parameters": _storage_bytes(shards), "gradients": _storage_bytes(grads),
+    return {"setting": name, "storage": {"parameters": storage_bytes(shards), "gradients": storage_bytes(grads),
                                          "optimizer state": sum(t.nbytes for t in state)},
             "views": {"parameters": sum(t.nbytes for t in shards), "gradients": sum(g.nbytes for g in grads)},
             "activations": max(activations), "peak": min(peaks), **_collectives(prof)}

@@ -20,18 +20,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Sequence
 
 import torch
-import torch.distributed as dist
 
+from gpulab import argtypes
 from gpulab.atomic import torch_save, write_json
-from gpulab.distributed.rank_io import exit_worker, prefix_output, run_in_group
-from gpulab.experiment import add_recipe_options, article_model, boston_data, optimizer_for, recipe_from
-from gpulab.train import fit
+from gpulab.distributed.rank_io import exit_worker, prefix_output, rank_env, run_in_group
+from gpulab.experiment import add_recipe_options, optimizer_for, recipe_from, setup
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
@@ -46,7 +43,7 @@ def shard_report(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> di
     which FSDP2 pads to the first chunk's size (``untyped_storage().nbytes()``; a unit's gradient shards share
     one storage, counted once).
     """
-    from gpulab.distributed.fsdp_probe import _storage_bytes
+    from gpulab.memory import storage_bytes
 
     params = dict(model.named_parameters())
     state = [local(v) for p in params.values() for v in optimizer.state.get(p, {}).values() if isinstance(v, torch.Tensor)]
@@ -55,8 +52,8 @@ def shard_report(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> di
             "full shapes": {name: list(p.shape) for name, p in params.items()},
             "bytes": {"parameters": sum(local(p).nbytes for p in params.values()),
                       "gradients": sum(g.nbytes for g in grads), "optimizer state": sum(v.nbytes for v in state)},
-            "stored bytes": {"parameters": _storage_bytes(local(p) for p in params.values()),
-                             "gradients": _storage_bytes(grads), "optimizer state": _storage_bytes(state)}}
+            "stored bytes": {"parameters": storage_bytes(local(p) for p in params.values()),
+                             "gradients": storage_bytes(grads), "optimizer state": storage_bytes(state)}}
 
 
 def save_dcp(folder: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, epochs: int, rank: int) -> None:
@@ -100,19 +97,18 @@ def train(args: argparse.Namespace, rank: int, world: int) -> None:
     from torch.distributed.fsdp import fully_shard
 
     recipe = recipe_from(args)
-    data = boston_data(recipe)
-    model = article_model(recipe, in_dim=data.X_train.shape[1])
+    run = setup(recipe)
+    model = run.model
     mesh = init_device_mesh("cpu", (world,))
     if args.per_layer:  # each layer its own unit: its full weights exist only while it computes
         for layer in model.children():
             fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)  # parameters become DTensors, sharded on dim 0
-    optimizer = optimizer_for(model, recipe)  # built after sharding: its state is sharded too
+    run.optimizer = optimizer = optimizer_for(model, recipe)  # built after sharding: its state is sharded too
     start_epoch = load_dcp(args.resume, model, optimizer) if args.resume else 0
     profiling = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if args.profile else None
     with profiling or contextlib.nullcontext():
-        fit(model, (data.X_train, data.y_train), epochs=recipe.epochs, optimizer=optimizer, start_epoch=start_epoch,
-            batch_size=recipe.batch_size, device="cpu", seed=recipe.seed, progress=False, rank=rank, world_size=world)
+        run.fit(start_epoch=start_epoch, device="cpu", progress=False, rank=rank, world_size=world)
     out = Path(args.out)
     if args.dcp:
         save_dcp(args.dcp, model, optimizer, recipe.epochs, rank)
@@ -141,14 +137,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true", help="record FSDP's events and collectives (torch.profiler)")
     p.add_argument("--probe", action="store_true", help="measure one step of a probe model per setting "
                    "(gpulab.distributed.fsdp_probe): padded shards, peak bytes, all-gathers")
-    p.add_argument("--pg-timeout", type=float, default=120.0, help="seconds any collective may wait")
+    p.add_argument("--pg-timeout", type=argtypes.positive_float, default=120.0, help="seconds any collective may wait")
     args = p.parse_args(argv)
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        sys.stderr.write("error: run me under torchrun (RANK and WORLD_SIZE are not set)\n")
+    env = rank_env()
+    if env is None:
         return 2
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    prefix_output(rank)
-    return run_in_group("gloo", args.pg_timeout, lambda: train(args, rank, world))
+    prefix_output(env.rank)
+    return run_in_group("gloo", args.pg_timeout, lambda: train(args, env.rank, env.world))
 
 
 if __name__ == "__main__":

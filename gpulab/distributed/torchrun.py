@@ -21,6 +21,7 @@ from gpulab.distributed.launch_result import LaunchResult, LaunchTimeout, failur
 from gpulab.distributed.processes import LineReader, ProcessTree, kill, new_group_options, stop_processes
 from gpulab.distributed.rendezvous import current_plan
 from gpulab.distributed.torchrun_command import check_nproc, check_timeout, single_machine, torchrun_command
+from gpulab.timing import Stopwatch
 
 LEFTOVER_S = 2.0  # after torchrun exits, how long its workers may still write
 _LIVE: "set[Torchrun]" = set()  # started and not yet stopped: stopped at interpreter exit
@@ -56,7 +57,8 @@ class Torchrun:
         """Start torchrun (its own session / process group), stdout and stderr merged into one pipe."""
         self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, env=self.env, bufsize=0, **new_group_options())
-        self.started = time.perf_counter()
+        self.started = time.monotonic()  # deadlines count from here
+        self.clock = Stopwatch().start()  # the launch's wall time
         _LIVE.add(self)
         self.tree = ProcessTree(self.proc.pid)
         self.reader = LineReader(self.proc.stdout)
@@ -128,9 +130,9 @@ class Torchrun:
         """Hand the lines that arrive within ``timeout`` s to ``on_line``; False once the output ended."""
         if self.reader is None:
             raise RuntimeError("start() the launch first")
-        deadline = time.perf_counter() + timeout
+        deadline = time.monotonic() + timeout
         while not self.reader.done:
-            line = self.reader.get(deadline - time.perf_counter())
+            line = self.reader.get(deadline - time.monotonic())
             if line is None:
                 break
             self._emit(line)
@@ -149,7 +151,7 @@ class Torchrun:
         exited_at = None
         try:
             while True:
-                now = time.perf_counter()
+                now = time.monotonic()
                 if now >= deadline:
                     self.stop()
                     self.pump(0)
@@ -158,8 +160,8 @@ class Torchrun:
                 open_pipe = self.pump(min(0.2, deadline - now))
                 self._tree().refresh()
                 if self.proc.poll() is not None:  # torchrun is gone; leftover writers get LEFTOVER_S
-                    exited_at = exited_at or time.perf_counter()
-                    if not open_pipe or time.perf_counter() - exited_at > LEFTOVER_S:
+                    exited_at = exited_at or time.monotonic()
+                    if not open_pipe or time.monotonic() - exited_at > LEFTOVER_S:
                         break
         except BaseException:
             self.stop()
@@ -167,7 +169,7 @@ class Torchrun:
         self.stop()  # torchrun has exited; stop anything it left behind
         self.pump(0)
         code = self.proc.returncode
-        seconds = time.perf_counter() - self.started
+        seconds = self.clock.elapsed()
         if code != 0:
             raise failure(self.lines, code)
         return LaunchResult(code, list(self.lines), seconds, self.command)

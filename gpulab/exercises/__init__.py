@@ -1,12 +1,15 @@
 """Automatic checks for the notebooks' exercises, one module per notebook topic.
 
 A check never raises for a wrong answer: it returns a ``Feedback`` that prints
-``Correct: ...`` or ``Not yet: ...`` with what is wrong, so a learner can try again.
+``Correct: ...`` or ``Not yet: ...`` with what is wrong, so a learner can try again. A self-check
+question is a :class:`Question` (its options are :class:`Option`); the widgets that show them are in
+:mod:`gpulab.exercises.quiz`, the list of every notebook's questions in :mod:`gpulab.exercises.questions`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -48,3 +51,45 @@ def as_number(answer: object) -> float | int | None:
     if isinstance(answer, bool) or not isinstance(answer, (int, float)):
         return None
     return answer
+
+
+LETTERS = "abcdefgh"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One choice and why it is right or wrong."""
+
+    text: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Question:
+    """A multiple-choice question (``options`` + ``answer``) or a value question (``grade``)."""
+
+    prompt: str
+    options: tuple[Option, ...] = ()
+    answer: str = ""  # the letter of the right option
+    grade: Callable[[object], Feedback] | None = None
+    example: str = ""  # what a value answer looks like
+
+    def __post_init__(self) -> None:
+        if (self.grade is None) == (not self.options):
+            raise ValueError(f"{self.prompt[:40]!r}: give either options or a grade function")
+        if self.options and self.answer not in LETTERS[: len(self.options)]:
+            raise ValueError(f"{self.prompt[:40]!r}: answer {self.answer!r} is not one of its options")
+
+    @property
+    def letters(self) -> str:
+        return LETTERS[: len(self.options)]
+
+    def check(self, answer: object) -> Feedback:
+        """The verdict on ``answer``: a letter for a multiple-choice question, a value otherwise."""
+        if self.grade is not None:
+            return self.grade(answer)
+        letter = answer.strip().rstrip(")").lower() if isinstance(answer, str) else None
+        if letter not in tuple(self.letters):
+            return wrong(f"answer with the letter of one option ({', '.join(self.letters)}), got {answer!r}")
+        option = self.options[self.letters.index(letter)]
+        return correct(option.why) if letter == self.answer else wrong(f"{letter}) {option.why}")

@@ -13,7 +13,8 @@ import ast
 import re
 from typing import Iterator
 
-from gpulab.exercises.quiz import Question, questions
+from gpulab.exercises import Question
+from gpulab.exercises.quiz import questions
 
 NUMBER = re.compile(r"(?<![\w.])\d[\d,_]*(?:\.\d+)?(?:e[+-]?\d+)?", re.I)
 MAX_PARTS = 16  # a list answer has at most this many entries

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gpulab.exercises import Feedback, correct, wrong
+from gpulab.exercises import Feedback, Question, correct, wrong
+from gpulab.exercises import Option as O
 
 
 def _array(value, name: str) -> np.ndarray | Feedback:
@@ -49,3 +50,28 @@ def check_test_scaling(X_train_raw, X_test_raw, X_test_scaled) -> Feedback:
         return wrong("you subtracted the training mean but did not divide by the training std")
     return wrong("not the expected values: compute mean and std over the rows of X_train_raw (dim 0), "
                  "then (X_test_raw - mean) / std")
+
+
+
+QUESTIONS_06: tuple[Question, ...] = (
+    Question("Which mean and std should scale the TEST features?", (
+        O("The training rows' mean and std.", "the test rows stand for future data, which the model cannot see"),
+        O("The test rows' own mean and std.", "no: that lets information from the test rows leak into the inputs"),
+        O("The mean and std of all the rows.", "no: the test rows would still shape the scaling, a smaller leak"),
+    ), answer="a"),
+    Question("Two models' test RMSE on one 80/20 split of the 506 rows differ a little. What should come before "
+             "calling one better?", (
+        O("Nothing: the lower RMSE wins.", "no: on so few rows one split is noisy; the same model's RMSE moves "
+                                           "from split to split"),
+        O("Repeat over several splits, all models on the same rows, and compare them split by split (paired).",
+          "then a difference can be told apart from the noise of one split, or shown not to be"),
+        O("Train for more epochs.", "no: more training does not remove the noise of one split"),
+    ), answer="b"),
+    Question("Why did scikit-learn remove `load_boston`?", (
+        O("Its `B` column encodes a racist assumption, and the study behind the data was weak.",
+          "which is why the case study measures the models with and without B"),
+        O("The file became too large to ship.", "no: it has 506 rows; this project ships it inside the package"),
+        O("Neural networks cannot learn from it.", "no: several models learn from it here; the problem is what it "
+                                                   "encodes"),
+    ), answer="a"),
+)

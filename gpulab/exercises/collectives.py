@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from gpulab.distributed import cost
 from gpulab.validate import positive_int, positive_number
 from gpulab.exercises import Feedback, as_number, correct, wrong
-from gpulab.exercises.quiz import Option as O
-from gpulab.exercises.quiz import Question
+from gpulab.exercises import Option as O
+from gpulab.exercises import Question
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from gpulab.exercises import Feedback, correct, wrong
+from gpulab.exercises import Feedback, Question, correct, wrong
+from gpulab.exercises import Option as O
 from gpulab.parallel import replica_batch_sizes
 
 #: Batches and GPU counts the notebooks never print, so a learner's function cannot copy an output.
@@ -80,3 +81,25 @@ def check_rows_per_gpu(fn: Callable[[int, int], list[int]]) -> Feedback:
     return correct(f"all {len(UNSEEN_CASES)} cases match torch.chunk, e.g. 30 rows on 4 GPUs -> "
                    f"{replica_batch_sizes(30, 4)} (chunks of ceil(30/4) = {math.ceil(30 / 4)}), and 9 on 4 -> "
                    f"{replica_batch_sizes(9, 4)}: the 4th GPU gets nothing")
+
+
+
+QUESTIONS_04: tuple[Question, ...] = (
+    Question("A batch of 22 rows goes to `nn.DataParallel` on 4 GPUs. How many rows does each GPU get? "
+             "Answer with a list, one entry per GPU that gets rows.",
+             grade=lambda answer: check_replica_sizes(answer, batch_size=22, n_gpus=4), example="[1, 2, 3]"),
+    Question("DataParallel splits a batch unevenly over 3 GPUs. The gradients it produces are:", (
+        O("those of one model on the whole batch, up to float rounding.",
+          "the loss is taken over the gathered output and the replicas' gradients are summed into the model"),
+        O("slightly wrong, because the chunks differ in size.",
+          "no: the split changes where the arithmetic happens, not the result"),
+        O("the average of three different models.",
+          "no: there is one model; the replicas are copies made for each forward pass"),
+    ), answer="a"),
+    Question("Loading `dp.state_dict()` of an `nn.DataParallel` model into a plain `Net1` fails. Why?", (
+        O("Every key starts with `module.`: save `dp.module.state_dict()` instead.",
+          "the wrapper keeps your model as `dp.module`, so its keys gain a prefix"),
+        O("The weights are still on the GPU.", "no: it fails on a CPU too; the key names differ"),
+        O("DataParallel changes the shapes of the weights.", "no: the shapes are the same; only the names change"),
+    ), answer="a"),
+)

@@ -6,7 +6,8 @@ import re
 import shlex
 from typing import Sequence
 
-from gpulab.exercises import Feedback, correct, wrong
+from gpulab.exercises import Feedback, Question, as_number, correct, wrong
+from gpulab.exercises import Option as O
 
 
 def _option(words: list[str], *names: str) -> str | None:
@@ -89,3 +90,46 @@ def check_torchrun_command(
              if visible_gpus is not None else "")
     extra = f" with {' '.join(wanted)}" if wanted else ""
     return correct(f"torchrun starts {nproc} copies of gpulab.distributed.ddp_worker{where}{extra}, each with its own RANK and LOCAL_RANK")
+
+
+def _rows_per_rank(answer: object) -> Feedback:
+    import torch
+
+    batch, ranks = 96, 3
+    sizes = [len(s) for s in torch.arange(batch).tensor_split(ranks)]
+    if isinstance(answer, (list, tuple)) and len(set(answer)) == 1:
+        answer = answer[0]
+    value = as_number(answer)
+    if value is None:
+        return wrong(f"answer with a number of rows, got {answer!r}")
+    if value == sizes[0]:
+        return correct(f"the global batch of {batch} is sliced over {ranks} ranks: {sizes} rows, one slice each")
+    if value == batch:
+        return wrong(f"{batch} is the global batch: all {ranks} ranks together see {batch} rows per step")
+    if value == batch * ranks:
+        return wrong(f"{batch * ranks} is what DistributedSampler with batch_size={batch} on each rank would use: "
+                     "a bigger batch, so a different training run")
+    return wrong(f"every rank takes its own slice of the {batch} rows of a global batch")
+
+
+QUESTIONS_05: tuple[Question, ...] = (
+    Question("Why can the code a DDP rank runs not be a function typed into a notebook cell?", (
+        O("Each rank is a new Python process that imports its code, and a function typed into the kernel "
+          "cannot be imported.",
+          "so the rank's code lives in a script or a module (here gpulab/distributed/ddp_worker.py), started by torchrun"),
+        O("Notebooks cannot use the gloo backend.",
+          "no: the problem is new processes finding the code, not the backend"),
+        O("DDP only works on GPUs.", "no: with gloo, DDP runs on CPU processes, as in this notebook"),
+    ), answer="a"),
+    Question("This project's `--batch-size` is the GLOBAL batch. A run with 3 ranks and `--batch-size 96`: how "
+             "many rows does each rank take in one step?", grade=_rows_per_rank, example="10"),
+    Question("A rank is killed mid-training and `torchrun --max-restarts 1` restarts the group. What makes the "
+             "finished run end with the same weights as an uninterrupted one?", (
+        O("Epoch checkpoints (model, optimizer, epoch) written atomically, and a data order that depends only "
+          "on the seed and the epoch.", "the restarted ranks load the last checkpoint and take the same steps"),
+        O("torchrun keeps the weights in memory while it restarts the ranks.",
+          "no: a restart starts new processes; only what was saved to disk survives"),
+        O("Nothing: a restarted run always ends with different weights.",
+          "no: the notebook compares both runs, weight by weight"),
+    ), answer="a"),
+)

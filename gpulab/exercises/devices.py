@@ -12,7 +12,8 @@ from typing import Callable
 import torch
 
 from gpulab import bench
-from gpulab.exercises import Feedback, correct, wrong
+from gpulab.exercises import Feedback, Question, as_number, correct, wrong
+from gpulab.exercises import Option as O
 
 PREFERENCES = ("auto", "cpu", "cuda", "mps", "xpu")
 AUTO_ORDER = ("cuda", "mps", "xpu")
@@ -95,3 +96,67 @@ def check_matmul_flops(fn: Callable[[int], int]) -> Feedback:
             return wrong(f"n={n}: {got!r} is not the count; for each of the n*n outputs, count its "
                          "multiplications and its additions")
     return correct("an n x n matmul costs 2 n^3 operations: n multiply-adds for each of its n^2 outputs")
+
+
+def _matmul_flops(answer: object) -> Feedback:
+    m, k, n = 100, 300, 50
+    value = as_number(answer)
+    if value is None:
+        return wrong(f"answer with a number, got {answer!r}")
+    if value == 2 * m * k * n:
+        return correct(f"each of the {m} x {n} outputs needs {k} multiplications and {k} additions: 2 m k n")
+    if value == m * k * n:
+        return wrong("that counts the multiplications only: every product is also added to a sum")
+    if value in (2 * m**3, 2 * k**3, 2 * n**3):
+        return wrong("2 n^3 is for two square n x n matrices; here the three sizes differ")
+    return wrong("count per output: the result has m x n numbers, each a sum of k products")
+
+
+QUESTIONS_01: tuple[Question, ...] = (
+    Question("Adding two long vectors (`x + y`) reaches far fewer GFLOP/s than a big matrix multiply on the "
+             "same processor. Why?", (
+                 O("An addition is slower than a multiplication.",
+                   "no: an addition costs about as much as a multiplication; what differs is the data each needs"),
+                 O("Each number is used once, so memory bandwidth, not arithmetic, sets the speed.",
+                   "an addition needs fresh bytes for every operation, while a matmul reuses each number n times"),
+                 O("PyTorch adds vectors on one thread only.",
+                   "no: element-wise operations use many threads too, and still wait for memory"),
+             ), answer="b"),
+    Question("How many floating-point operations does multiplying a 100 x 300 matrix by a 300 x 50 matrix "
+             "take? Compute it in code if you like.", grade=_matmul_flops, example="123456"),
+    Question("What must change in a PyTorch program to run the same model on a GPU instead of the CPU?", (
+        O("Rewrite the layers as CUDA kernels.",
+          "no: PyTorch already calls cuBLAS and cuDNN on a GPU (oneDNN on a CPU) for you"),
+        O("Move the model and its data with `.to(device)`.",
+          "the same code runs anywhere: only where the tensors live changes"),
+        O("Nothing: PyTorch uses a GPU by itself whenever there is one.",
+          "no: tensors are created on the CPU and stay there until you move them with `.to(device)`"),
+    ), answer="b"),
+)
+
+
+
+QUESTIONS_02: tuple[Question, ...] = (
+    Question("On a laptop with no NVIDIA GPU, what does `torch.cuda.is_available()` do?", (
+        O("It raises an error because CUDA is missing.", "no: it never raises; it answers False"),
+        O("It returns False, and `torch.cuda.device_count()` returns 0.",
+          "no GPU is not an error: your code asks, and falls back to the CPU"),
+        O("It returns True when the torch build includes CUDA.",
+          "no: a CUDA build still answers False when there is no usable NVIDIA GPU and driver"),
+    ), answer="b"),
+    Question("`nvidia-smi` is not found on a MacBook. What does that mean?", (
+        O("PyTorch was installed wrongly.", "no: nvidia-smi comes with NVIDIA's driver, not with PyTorch"),
+        O("Nothing is wrong: this machine has no NVIDIA driver.",
+          "nvidia-smi exists only where NVIDIA's driver is installed; a Mac uses MPS instead"),
+        O("CUDA must be installed before the course.",
+          "no: every notebook runs without CUDA, on the CPU or on Apple's MPS"),
+    ), answer="b"),
+    Question("A notebook has already used CUDA. A cell then sets `os.environ['CUDA_VISIBLE_DEVICES'] = '1'`. "
+             "Which GPUs does this notebook see afterwards?", (
+        O("Only GPU 1, now called `cuda:0`.",
+          "not in this process: a NEW process started with the variable set would see only GPU 1, as cuda:0"),
+        O("The same GPUs as before.",
+          "CUDA reads the variable when the process starts using it: set it before, or in a fresh process"),
+        O("No GPU at all.", "no: the variable is read when CUDA starts, and here CUDA has already started"),
+    ), answer="b"),
+)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from gpulab.distributed.failures import BY_NAME
 from gpulab.exercises import Feedback, as_number, correct, wrong
-from gpulab.exercises.quiz import Option as O
-from gpulab.exercises.quiz import Question
+from gpulab.exercises import Option as O
+from gpulab.exercises import Question
 
 _WATCHDOG = ("[rank{r}]:[E ProcessGroupNCCL.cpp] [Rank {r}] Watchdog caught collective operation timeout: "
              "WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={n}, NumelOut={n}, Timeout(ms)=600000) ran for {ms} "

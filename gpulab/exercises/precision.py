@@ -8,7 +8,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from gpulab.exercises import Feedback, correct, wrong
+from gpulab.exercises import Feedback, Question, as_number, correct, wrong
+from gpulab.exercises import Option as O
 from gpulab.models import Net1
 from gpulab.precision import DTYPES, dtype_name, parameter_bytes_by_dtype, parameter_count, round_trip
 
@@ -141,3 +142,42 @@ def check_safe_half_dtype(answer: object, large: float = 70000.0, small: float =
         f"{dtype_name(answer)} keeps {_short(large)} as {big:g} and {_short(small)} as {tiny:.3g}: float32's range in 2 bytes, "
         "with less precision"
     )
+
+
+def _sampler_padding(answer: object) -> Feedback:
+    import torch
+    from torch.utils.data import DistributedSampler, TensorDataset
+
+    size, ranks = 21, 4
+    data = TensorDataset(torch.arange(size))
+    shards = [list(DistributedSampler(data, num_replicas=ranks, rank=r, shuffle=False)) for r in range(ranks)]
+    padded = sum(map(len, shards)) - size
+    value = as_number(answer)
+    if value is None:
+        return wrong(f"answer with a number of samples, got {answer!r}")
+    if value == padded:
+        return correct(f"every rank gets ceil({size}/{ranks}) = {len(shards[0])} samples, {ranks * len(shards[0])} "
+                       f"in all: {padded} samples are repeated")
+    if value == 0:
+        return wrong(f"{size} is not a multiple of {ranks}: equal shards need padding")
+    return wrong(f"every rank gets ceil({size}/{ranks}) samples; the padding is what that adds up to beyond {size}")
+
+
+QUESTIONS_07: tuple[Question, ...] = (
+    Question("Does DataParallel or DDP need an even number of GPUs to train correctly?", (
+        O("No: any count gives the full-batch gradients; pick a batch size that splits well over your GPUs.",
+          "odd counts only make the chunks differ by a row"),
+        O("Yes: with an odd count the gradients are wrong.",
+          "no: summed chunk gradients (and DDP's share-weighted average) equal the full batch for any count"),
+        O("Only DDP needs it.", "no: DDP with 3 ranks trained the same weights as one process"),
+    ), answer="a"),
+    Question("Computing in float16, a gradient of 1e-8 becomes 0. What keeps it, still in float16?", (
+        O("A loss scaler (`torch.amp.GradScaler`): scale the loss up before backward, unscale the gradients "
+          "before the step.", "small gradients are scaled into float16's range, then divided back in float32"),
+        O("More GPUs.", "no: 1e-8 is below float16's range on any number of GPUs"),
+        O("Casting the weights to float16 too.",
+          "no: that changes nothing about what float16 can hold; autocast keeps the weights in float32"),
+    ), answer="a"),
+    Question("`DistributedSampler` (with `drop_last=False`) shards a dataset of 21 samples over 4 ranks. How many "
+             "samples does it repeat per epoch?", grade=_sampler_padding, example="5"),
+)

@@ -3,7 +3,8 @@
 ``quiz("04")`` shows the notebook's questions as widgets (choose or type, press **Check**).
 ``check("04", 1, "a")`` is the same check in plain Python: it returns a ``Feedback`` that prints
 ``Correct: ...`` or ``Not yet: ...``, so it works where widgets do not (a terminal, nbval).
-A wrong option always says why it is wrong. The questions live in ``gpulab.exercises.questions``.
+A wrong option always says why it is wrong. Each notebook's questions live beside its exercise checks
+(``QUESTIONS_NN`` in its topic module); ``gpulab.exercises.questions`` lists them by notebook.
 """
 
 from __future__ import annotations
@@ -11,57 +12,11 @@ from __future__ import annotations
 import ast
 import html
 import re
-from dataclasses import dataclass
-from typing import Callable
-
-from gpulab.exercises import Feedback, correct, wrong
-
-LETTERS = "abcdefgh"
-
-
-@dataclass(frozen=True)
-class Option:
-    """One choice and why it is right or wrong."""
-
-    text: str
-    why: str
-
-
-@dataclass(frozen=True)
-class Question:
-    """A multiple-choice question (``options`` + ``answer``) or a value question (``grade``)."""
-
-    prompt: str
-    options: tuple[Option, ...] = ()
-    answer: str = ""  # the letter of the right option
-    grade: Callable[[object], Feedback] | None = None
-    example: str = ""  # what a value answer looks like
-
-    def __post_init__(self) -> None:
-        if (self.grade is None) == (not self.options):
-            raise ValueError(f"{self.prompt[:40]!r}: give either options or a grade function")
-        if self.options and self.answer not in LETTERS[: len(self.options)]:
-            raise ValueError(f"{self.prompt[:40]!r}: answer {self.answer!r} is not one of its options")
-
-    @property
-    def letters(self) -> str:
-        return LETTERS[: len(self.options)]
-
-    def check(self, answer: object) -> Feedback:
-        """The verdict on ``answer``: a letter for a multiple-choice question, a value otherwise."""
-        if self.grade is not None:
-            return self.grade(answer)
-        letter = answer.strip().rstrip(")").lower() if isinstance(answer, str) else None
-        if letter not in tuple(self.letters):
-            return wrong(f"answer with the letter of one option ({', '.join(self.letters)}), got {answer!r}")
-        option = self.options[self.letters.index(letter)]
-        return correct(option.why) if letter == self.answer else wrong(f"{letter}) {option.why}")
-
+from gpulab.exercises import Feedback, Question
+from gpulab.exercises.questions import QUESTIONS
 
 def notebook_key(notebook: object) -> str:
     """``"04"`` for ``4``, ``"4"``, ``"04"`` or ``"04_data_parallel"``."""
-    from gpulab.exercises.questions import QUESTIONS
-
     match = re.match(r"^\s*(\d{1,2})(?:_\w*)?(?:\.ipynb)?\s*$", str(notebook))
     key = match.group(1).zfill(2) if match and not isinstance(notebook, bool) else None
     if key not in QUESTIONS:
@@ -71,8 +26,6 @@ def notebook_key(notebook: object) -> str:
 
 def questions(notebook: object) -> tuple[Question, ...]:
     """The questions of one notebook, in order (question 1 first)."""
-    from gpulab.exercises.questions import QUESTIONS
-
     return QUESTIONS[notebook_key(notebook)]
 
 

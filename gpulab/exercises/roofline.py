@@ -11,8 +11,8 @@ from typing import Callable
 
 from gpulab import opcount, roofline
 from gpulab.exercises import Feedback, as_number, correct, wrong
-from gpulab.exercises.quiz import Option as O
-from gpulab.exercises.quiz import Question
+from gpulab.exercises import Option as O
+from gpulab.exercises import Question
 from gpulab.validate import positive_number
 
 

@@ -9,8 +9,8 @@ from typing import Callable
 
 from gpulab.estimate import STRATEGIES, estimate
 from gpulab.exercises import Feedback, as_number, correct, wrong
-from gpulab.exercises.quiz import Option as O
-from gpulab.exercises.quiz import Question
+from gpulab.exercises import Option as O
+from gpulab.exercises import Question
 
 #: Strategies from the least sharded (least communication) to the most.
 ORDER = tuple(STRATEGIES)

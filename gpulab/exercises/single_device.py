@@ -6,7 +6,8 @@ from typing import Callable
 
 import torch
 
-from gpulab.exercises import Feedback, correct, wrong
+from gpulab.exercises import Feedback, Question, correct, wrong
+from gpulab.exercises import Option as O
 
 
 def check_move_batch(move_batch: Callable) -> Feedback:
@@ -36,3 +37,28 @@ def check_move_batch(move_batch: Callable) -> Feedback:
     if x.device.type != "cpu" or y.device.type != "cpu":
         return wrong("the original tensors changed device: tensor.to() should return a copy")
     return correct("both tensors are on the device; tensor.to(device) returned new tensors and left the originals alone")
+
+
+
+QUESTIONS_03: tuple[Question, ...] = (
+    Question("`x.to(device)` stands on a line of its own; its result is not assigned. What happens?", (
+        O("x moves to the device.", "no: Tensor.to returns a new tensor and leaves x where it was"),
+        O("A copy is made on the device and thrown away; x stays where it was.",
+          "so always write `x = x.to(device)`"),
+        O("An error is raised.", "no: it runs without a word, which is why the mistake is so common"),
+    ), answer="b"),
+    Question("And `model.to(device)` on a line of its own?", (
+        O("It moves the model's parameters in place and returns the same model.",
+          "nn.Module.to changes the module itself, so the line is enough"),
+        O("It returns a moved copy; the model stays where it was.",
+          "no: that is what a tensor does; a module moves its own parameters"),
+        O("It moves the first layer only.", "no: it moves every parameter and buffer of every submodule"),
+    ), answer="a"),
+    Question("On a GPU, `start = time.perf_counter(); c = a @ a; t = time.perf_counter() - start` measures:", (
+        O("the time of the multiplication.",
+          "no: GPU work is asynchronous; the line returns once the work is queued"),
+        O("only the time to queue the work: synchronize before reading the clock.",
+          "wait for the device (`torch.cuda.synchronize()`), warm up, repeat: torch.utils.benchmark does it all"),
+        O("the time to copy `a` to the GPU.", "no: `a` is already on the GPU, nothing is copied"),
+    ), answer="b"),
+)

@@ -1,4 +1,4 @@
-"""gpulab.recompute and memory.profiled_timeline: checkpointing keeps fewer activations, computes the same gradients."""
+"""gpulab.activation_checkpointing and memory.profiled_timeline: checkpointing keeps fewer activations, computes the same gradients."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import pytest
 import torch
 from torch import nn
 
-from gpulab import memory, recompute
+from gpulab import activation_checkpointing, memory
 
 
 @pytest.fixture()
 def blocks():
     torch.manual_seed(0)
-    return recompute.BlockMLP(width=16, blocks=2, layers_per_block=3), torch.randn(64, 16), torch.randn(64, 1)
+    return activation_checkpointing.BlockMLP(width=16, blocks=2, layers_per_block=3), torch.randn(64, 16), torch.randn(64, 1)
 
 
 def gradients(model, x, y):
@@ -31,7 +31,7 @@ def test_checkpointing_gives_the_same_outputs_and_gradients(blocks):
 
 def test_compare_measures_fewer_activation_bytes_with_checkpointing(blocks):
     model, x, y = blocks
-    off, on = recompute.compare(model, x, y, repeats=1)
+    off, on = activation_checkpointing.compare(model, x, y, min_run_time=0.01)
     assert (off["checkpointing"], on["checkpointing"]) == ("off", "on")
     # Off: each of the 6 Linear+ReLU layers keeps a (64, 16) float32 output; on: each block keeps its input only.
     assert off["activations peak"] >= 6 * 64 * 16 * 4 > on["activations peak"] > 0
@@ -43,9 +43,9 @@ def test_kept_for_backward_counts_each_storage_once(blocks):
     model, x, y = blocks
     # Off: the batch and the 6 layer outputs (each Linear's input is the ReLU output before it); the MSE loss
     # keeps the prediction and the targets.
-    assert recompute.kept_for_backward(model, x, y) == {(64, 16): 1 + 6, (64, 1): 2}
+    assert activation_checkpointing.kept_for_backward(model, x, y) == {(64, 16): 1 + 6, (64, 1): 2}
     model.checkpointing = True  # each block keeps its input; the head keeps the last block's output
-    assert recompute.kept_for_backward(model, x, y) == {(64, 16): 3, (64, 1): 2}
+    assert activation_checkpointing.kept_for_backward(model, x, y) == {(64, 16): 3, (64, 1): 2}
 
 
 def test_timeline_categories_add_up_to_the_peak(blocks):
@@ -61,13 +61,13 @@ def test_timeline_categories_add_up_to_the_peak(blocks):
 @pytest.mark.parametrize("kwargs,name", [({"width": 0}, "width"), ({"blocks": -1}, "blocks"),
                                          ({"layers_per_block": 1.5}, "layers_per_block"), ({"width": True}, "width")])
 def test_bad_shapes(kwargs, name):
-    with pytest.raises(ValueError, match=rf"^{name}=.* must be a positive integer$"):
-        recompute.BlockMLP(**kwargs)
+    with pytest.raises(ValueError, match=rf"^{name}=.* must be a whole number >= 1$"):
+        activation_checkpointing.BlockMLP(**kwargs)
 
 
 def test_bad_compare_inputs(blocks):
     model, x, y = blocks
-    with pytest.raises(ValueError, match="must be a gpulab.recompute.BlockMLP, got Sequential"):
-        recompute.compare(nn.Sequential(nn.Linear(16, 1)), x, y)
-    with pytest.raises(ValueError, match=r"^repeats=0 must be a positive integer$"):
-        recompute.step_seconds(model, x, y, repeats=0)
+    with pytest.raises(ValueError, match="must be a gpulab.activation_checkpointing.BlockMLP, got Sequential"):
+        activation_checkpointing.compare(nn.Sequential(nn.Linear(16, 1)), x, y)
+    with pytest.raises(ValueError, match=r"^min_run_time 0 must be a positive number of seconds$"):
+        activation_checkpointing.step_seconds(model, x, y, min_run_time=0)

@@ -4,18 +4,18 @@ A model made of blocks normally keeps every block's inputs and outputs from the 
 backward needs them. With checkpointing on, each block keeps only its input; backward runs the block's
 forward a second time to get the rest back. Less memory, more compute::
 
-    from gpulab import recompute
-    model = recompute.BlockMLP(width=256, blocks=4, layers_per_block=2)
-    rows = recompute.compare(model, x, y)        # activation bytes and seconds, off and on
+    from gpulab import activation_checkpointing
+    model = activation_checkpointing.BlockMLP(width=256, blocks=4, layers_per_block=2)
+    rows = activation_checkpointing.compare(model, x, y)        # activation bytes and seconds, off and on
 """
 
 from __future__ import annotations
 
-import time
-
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+from gpulab.validate import positive_int
 
 
 class BlockMLP(nn.Module):
@@ -28,8 +28,7 @@ class BlockMLP(nn.Module):
     def __init__(self, width: int = 256, blocks: int = 4, layers_per_block: int = 2, checkpointing: bool = False):
         super().__init__()
         for name, value in (("width", width), ("blocks", blocks), ("layers_per_block", layers_per_block)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive integer")
+            positive_int(value, name)
         self.blocks = nn.ModuleList(
             nn.Sequential(*[m for _ in range(layers_per_block) for m in (nn.Linear(width, width), nn.ReLU())])
             for _ in range(blocks))
@@ -65,28 +64,23 @@ def kept_for_backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dic
     return shapes
 
 
-def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, repeats: int = 5) -> float:
-    """Median seconds of one forward + backward of ``model`` on ``(x, y)`` (MSE loss), after a warm-up step.
+def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, min_run_time: float = 0.2) -> float:
+    """Median seconds of one forward + backward of ``model`` on ``(x, y)`` (MSE loss), by :func:`gpulab.timing.time_call`.
 
-    The clock waits for ``x``'s device (``gpulab.devices.synchronize``), so GPU work is timed, not just queued.
+    The clock waits for ``x``'s device, so GPU work is timed, not just queued.
     """
-    from gpulab.devices import synchronize
+    from gpulab.timing import time_call
 
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats={repeats!r} must be a positive integer")
-    times = []
-    for i in range(repeats + 1):
-        synchronize(x.device)
-        start = time.perf_counter()
+    def forward_backward() -> None:
         nn.functional.mse_loss(model(x), y).backward()
-        synchronize(x.device)
-        if i:  # the first step warms up
-            times.append(time.perf_counter() - start)
         model.zero_grad(set_to_none=True)
-    return sorted(times)[len(times) // 2]
+
+    seconds, _ = time_call("forward_backward()", {"forward_backward": forward_backward}, x.device, warmup=1,
+                           min_run_time=min_run_time)
+    return seconds
 
 
-def compare(model: BlockMLP, x: torch.Tensor, y: torch.Tensor, repeats: int = 5) -> list[dict]:
+def compare(model: BlockMLP, x: torch.Tensor, y: torch.Tensor, min_run_time: float = 0.2) -> list[dict]:
     """Checkpointing off and on for one training step: peak activation bytes, peak step bytes, seconds.
 
     The bytes come from the profiler's memory timeline (:func:`gpulab.memory.profiled_timeline`), the
@@ -95,7 +89,7 @@ def compare(model: BlockMLP, x: torch.Tensor, y: torch.Tensor, repeats: int = 5)
     from gpulab.memory import profiled_timeline
 
     if not isinstance(model, BlockMLP):
-        raise ValueError(f"model must be a gpulab.recompute.BlockMLP, got {type(model).__name__}")
+        raise ValueError(f"model must be a gpulab.activation_checkpointing.BlockMLP, got {type(model).__name__}")
     before, rows = model.checkpointing, []
     try:
         for on in (False, True):
@@ -104,7 +98,7 @@ def compare(model: BlockMLP, x: torch.Tensor, y: torch.Tensor, repeats: int = 5)
             rows.append({"checkpointing": "on" if on else "off",
                          "activations peak": max(t["activation"] for t in timeline),
                          "step peak": max(sum(t.values()) for t in timeline),
-                         "seconds per step": step_seconds(model, x, y, repeats)})
+                         "seconds per step": step_seconds(model, x, y, min_run_time)})
     finally:
         model.checkpointing = before
     return rows

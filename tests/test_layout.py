@@ -1,0 +1,141 @@
+"""The package's shape, as CONTRIBUTING.md describes it: imports point down, one timer, small modules.
+
+Read from the source (``ast``), so these run in a blink and fail with the file and line to look at.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "gpulab"
+MAX_LINES = 260  # "under ~250 lines": a little slack, not a second limit
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the gpulab modules it imports, at the top or inside a function (an arrow either way)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("gpulab"):
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith("gpulab")]
+            else:
+                continue
+            graph[name].update(t for t in targets if t in modules and t != name)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle (``[a, b, a]``), or None. A package importing its own submodules is not a circle
+    unless a submodule imports the package back for something other than the package's own names."""
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if nxt == node.rpartition(".")[0]:  # a submodule reading its package's __init__: a step down, not up
+                continue
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt, stack + [nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_no_import_circle():
+    cycle = find_cycle(import_graph(_modules()))
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_can_fail():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}}) is None
+
+
+@pytest.mark.parametrize("name, path", sorted(_modules().items()))
+def test_module_is_small(name, path):
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{name} has {lines} lines: split it by job (CONTRIBUTING.md)"
+
+
+STRING = re.compile(r'"[^"]*"|\'[^\']*\'')
+
+
+def _calls(pattern: str, roots: list[Path], code_only: bool = True) -> list[str]:
+    """``path:line: text`` of every line matching ``pattern`` (in code: not comments, strings or docstring examples)."""
+    found = []
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                text = STRING.sub('""', line.split("#")[0]) if code_only else line
+                if re.search(pattern, text) and "`" not in text:
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    return found
+
+
+def test_one_timer():
+    """Durations are measured by gpulab.timing only (it waits for the device); deadlines use time.monotonic."""
+    hand_made = [f for f in _calls(r"\bperf_counter\b", [PACKAGE, ROOT / "scripts", ROOT / "benchmarks"])
+                 if not f.startswith("gpulab/timing.py")]
+    assert not hand_made, "time with gpulab.timing (time_call or Stopwatch):\n" + "\n".join(hand_made)
+
+
+def test_no_re_export_faces():
+    """A name is imported from the module that defines it: no module re-exports another's names."""
+    faces = _calls(r"noqa: F401", [PACKAGE], code_only=False)  # an import kept only to be imported from here
+    assert not faces, "\n".join(faces)
+
+
+def test_rank_programs_read_torchrun_in_one_place():
+    """Every ``*_worker`` rank program gets its rank from rank_io.rank_env, joins through run_in_group."""
+    workers = sorted((PACKAGE / "distributed").glob("*_worker.py"))
+    assert len(workers) >= 5
+    for path in workers:
+        text = path.read_text(encoding="utf-8")
+        assert "rank_env()" in text and "run_in_group(" in text, path.name
+        assert 'os.environ["RANK"]' not in text and "init_process_group(" not in text, path.name
+
+
+PRIVATE_TORCH = r"\btorch(\.\w+)*\._[A-Za-z]|from torch[\w.]*\._\w|from torch[\w.]* import _[a-z]|kineto_results|\._get_ddp_"
+
+
+def test_private_torch_names_live_in_one_module():
+    """Only gpulab/torch_private.py touches torch's private names (each behind a guarded function, tested)."""
+    found = [f for f in _calls(PRIVATE_TORCH, [PACKAGE, ROOT / "scripts", ROOT / "benchmarks"])
+             if not f.startswith("gpulab/torch_private.py")]
+    assert not found, "move these into gpulab/torch_private.py:\n" + "\n".join(found)
+
+
+def test_notebooks_use_no_private_torch_name():
+    import json
+
+    found = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+            if cell["cell_type"] == "code":
+                for line in "".join(cell["source"]).splitlines():
+                    if re.search(PRIVATE_TORCH, line.split("#")[0]):
+                        found.append(f"{path.name} cell {i}: {line.strip()}")
+    assert not found, "\n".join(found)

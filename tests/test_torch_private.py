@@ -1,0 +1,49 @@
+"""Every private torch name gpulab uses is still there in the torch the course pins (gpulab.torch_private).
+
+If one of these fails after a torch upgrade, the function named in the failure is the only place to fix.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from gpulab import torch_private as tp
+
+
+def test_memory_categories_name_the_timeline_columns():
+    names = tp.memory_categories()
+    assert {"parameter", "gradient", "activation", "optimizer state"} <= set(names)
+
+
+def test_a_profile_has_a_start_time_and_an_event_tree_with_allocations():
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        torch.ones(1000) * 2
+    assert tp.trace_start_us(prof) > 1e15  # microseconds since 1970
+    tags = {node.tag for node in tp.event_tree(prof)}
+    assert tp.allocation_tag() in tags
+
+
+def test_ddp_bucket_defaults_are_found():
+    assert tp.ddp_default_bucket_caps() == (25.0, 1.0)
+
+
+def test_fsdp_averages_float32_gradients():
+    before, after, op = tp.fsdp_gradient_divide_factors(8, torch.float32)
+    assert (before, after) == (None, None) and "AVG" in str(op)
+    before, after, op = tp.fsdp_gradient_divide_factors(8, torch.float16)
+    assert "SUM" in str(op) and before * after == 8
+
+
+def test_compile_and_optimizer_internals_answer():
+    assert tp.cpu_vector_isa() is not None
+    assert tp.adam_default_foreach([nn.Parameter(torch.ones(2))]) is not None
+    assert callable(tp.dynamo_explain(lambda x: x + 1))
+
+
+def test_a_missing_name_says_what_to_use_instead():
+    with pytest.raises(tp.PrivateAPIMissing, match=r"has no torch\.nn\.no_such_name: do this instead"):
+        tp._private("torch.nn", "no_such_name", "do this instead")
+    assert tp.ddp_rebuilt_bucket_sizes(object()) is None  # a fallback where the caller has one
+    assert tp.trace_start_us(object()) is None
