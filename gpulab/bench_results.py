@@ -1,6 +1,6 @@
 """One bench measurement (:class:`BenchResult`), the JSON file that holds several, and a text table.
 
-:mod:`gpulab.bench` makes the results; :mod:`gpulab.reference`
+:mod:`gpulab.bench` makes the results; :mod:`gpulab.gpu_reference`
 reads the files recorded on real GPUs. A file is ``{"format": FORMAT, "created", "environment",
 "results": [...]}``; every result also carries its own device, torch version and date.
 """

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from gpulab import bench, bench_results, devices
 from gpulab.precision import DTYPES
-from gpulab.reference import size_axis
+from gpulab.gpu_reference import size_axis
 
 MATMUL_SIZES = (64, 128, 256, 512, 1024, 2048)
 COPY_SIZES_MB = (1, 4, 16, 64, 256)

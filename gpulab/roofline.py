@@ -122,11 +122,11 @@ def measure_roofline(device: str | torch.device = "cpu", sizes: Sequence[int] | 
 
 def recorded_gpu_roofline(directory: str | Path | None = None) -> Roofline | None:
     """The GPU roofline from ``gpulab/reference/`` (strict float32 matmul, copy within the GPU), or None."""
-    from gpulab import reference
+    from gpulab import gpu_reference
 
-    mm = [r for r in reference.reference_results("matmul", "float32", directory=directory)
+    mm = [r for r in gpu_reference.reference_results("matmul", "float32", directory=directory)
           if r.matmul_precision in (None, "highest")]
-    copies = reference.reference_results("copy", kind="device", directory=directory)
+    copies = gpu_reference.reference_results("copy", kind="device", directory=directory)
     if not mm or not copies:
         return None
     best_mm, best_copy = max(mm, key=lambda r: r.rate), max(copies, key=lambda r: r.rate)

@@ -8,8 +8,8 @@ Writes OUTDIR/reference/ (copy it unchanged into gpulab/reference/ to record a G
   mode, matmul precision) and one table of rows per step (the Boston loop, DataParallel, DDP,
   autocast training steps with peak memory, saved-for-backward memory, matmul modes, one NCCL rank's
   all_reduce per call), read by
-  ``gpulab.reference.recorded(STEP)``;
-- SLUG-matmul-*.json, SLUG-copy-*.json: bench files in exactly the format ``gpulab.reference`` loads.
+  ``gpulab.gpu_reference.recorded(STEP)``;
+- SLUG-matmul-*.json, SLUG-copy-*.json: bench files in exactly the format ``gpulab.gpu_reference`` loads.
 
 SLUG names the device (``nvidia-h200``; ``cpu`` for a dry run). Every step has its own try/except
 and the measurement file is rewritten (atomically) before and after each step, so a failure or a
@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:  # the script runs from a checkout: gpulab comes f
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from gpulab import bench, bench_results, devices, memory, nvidia_smi, pinning, precision, reference, timing
+from gpulab import bench, bench_results, devices, gpu_reference, memory, nvidia_smi, pinning, precision, timing
 from gpulab.atomic import write_json  # noqa: E402
 from gpulab.bench_results import now, read_json  # noqa: E402
 
@@ -81,16 +81,16 @@ class Recorder:
         cuda = torch.cuda.is_available()
         self.device = torch.device("cuda", 0) if cuda else torch.device("cpu")
         self.description = torch.cuda.get_device_name(0) if cuda else "cpu"
-        self.slug = reference.device_slug(self.description) if cuda else "cpu"
+        self.slug = gpu_reference.device_slug(self.description) if cuda else "cpu"
         self.folder = outdir / "reference"
-        self.path = self.folder / reference.measure_file_name(self.slug)
+        self.path = self.folder / gpu_reference.measure_file_name(self.slug)
         self.budget, self.start, self.failed = budget, time.monotonic(), False
         self.cfg = DRY if dry_run else GPU
         old = read_json(self.path) if self.path.exists() else {}
-        self.data = {"format": reference.MEASURE_FORMAT, "created": now(), "device": str(self.device),
+        self.data = {"format": gpu_reference.MEASURE_FORMAT, "created": now(), "device": str(self.device),
                      "description": self.description, "slug": self.slug, "dry_run": dry_run, "environment": {},
                      "steps": {}}
-        if isinstance(old, dict) and old.get("format") == reference.MEASURE_FORMAT and old.get("dry_run") == dry_run:
+        if isinstance(old, dict) and old.get("format") == gpu_reference.MEASURE_FORMAT and old.get("dry_run") == dry_run:
             self.data.update(created=old.get("created"), steps=old.get("steps", {}))
         try:  # recorded with every run, whatever steps it makes
             self.data["environment"] = environment()
@@ -103,7 +103,7 @@ class Recorder:
 
     def save(self, what: str, results) -> str:
         """Write a bench file ``SLUG-what.json`` and return its name."""
-        return bench_results.save_results(self.folder / reference.bench_file_name(self.slug, what), results).name
+        return bench_results.save_results(self.folder / gpu_reference.bench_file_name(self.slug, what), results).name
 
     def run(self, name: str, step) -> None:
         elapsed = time.monotonic() - self.start

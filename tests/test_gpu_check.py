@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab import bench_results, reference
+from gpulab import bench_results, gpu_reference
 from scripts_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def test_a_failing_step_loses_nothing_else(measure, monkeypatch, tmp_path, capsy
     monkeypatch.setitem(measure.STEPS, "boom", boom)
     assert measure.main([str(tmp_path), "--only", "environment,boom,copy-device"]) == 1
     data = _file(tmp_path)
-    assert data["format"] == reference.MEASURE_FORMAT and data["dry_run"] is (not measure.torch.cuda.is_available())
+    assert data["format"] == gpu_reference.MEASURE_FORMAT and data["dry_run"] is (not measure.torch.cuda.is_available())
     assert seen_while_running == ["running"]  # a killed run shows where it stopped
     steps = data["steps"]
     assert list(steps) == ["environment", "boom", "copy-device"]
@@ -51,8 +51,8 @@ def test_a_failing_step_loses_nothing_else(measure, monkeypatch, tmp_path, capsy
     assert steps["environment"]["status"] == steps["copy-device"]["status"] == "ok"
     assert data["environment"]["torch"] == measure.torch.__version__ and "float32_matmul_precision" in data["environment"]
     [name] = steps["copy-device"]["files"]
-    assert name == reference.bench_file_name(data["slug"], "copy-device")
-    [ref] = reference.load_references(tmp_path / "reference")  # the measurement file is skipped, the bench file loads
+    assert name == gpu_reference.bench_file_name(data["slug"], "copy-device")
+    [ref] = gpu_reference.load_references(tmp_path / "reference")  # the measurement file is skipped, the bench file loads
     assert ref.name == name and all(r.kind == "device" for r in ref.results)
     assert "the device fell over" in capsys.readouterr().err
 
@@ -157,11 +157,11 @@ def test_gpu_check_dry_run_writes_the_layout(tmp_path):
         assert (out / name).is_file(), name
     slug = "cpu" if "no CUDA device" in summary else _file(out)["slug"]
     names = sorted(p.name for p in (out / "reference").iterdir())
-    expected = {reference.measure_file_name(slug), reference.bench_file_name(slug, "matmul-float32"),
-                reference.bench_file_name(slug, "copy-device")}
+    expected = {gpu_reference.measure_file_name(slug), gpu_reference.bench_file_name(slug, "matmul-float32"),
+                gpu_reference.bench_file_name(slug, "copy-device")}
     assert expected <= set(names) and all(n.endswith(".json") for n in names)
-    assert [r.name for r in reference.load_references(out / "reference")] == sorted(expected - {reference.measure_file_name(slug)})
-    assert bench_results.load_results(out / "reference" / reference.bench_file_name(slug, "matmul-float32"))
+    assert [r.name for r in gpu_reference.load_references(out / "reference")] == sorted(expected - {gpu_reference.measure_file_name(slug)})
+    assert bench_results.load_results(out / "reference" / gpu_reference.bench_file_name(slug, "matmul-float32"))
     times = {e["notebook"]: e for e in json.loads((out / "notebooks" / "times.json").read_text())}
     assert times["good.ipynb"]["status"] == "pass" and times["bad.ipynb"]["status"] == "fail"  # ...and says which
     assert "broken on purpose" in times["bad.ipynb"]["error"]
@@ -180,4 +180,4 @@ def test_the_boston_loop_step_reads_what_the_benchmark_returns(measure, tmp_path
     loops = [row["loop"] for row in step["rows"]]
     assert loops == ["article", "article + loss.item()", "gpulab fit"]
     assert all(row["epochs_per_s"] > 0 for row in step["rows"])
-    assert "article + loss.item()" in reference.recorded("boston_loop", directory=tmp_path / "reference")
+    assert "article + loss.item()" in gpu_reference.recorded("boston_loop", directory=tmp_path / "reference")

@@ -55,7 +55,7 @@ def rows(name: str, rank: int, n: int | None = None) -> tuple[torch.Tensor, torc
     return torch.randn(n, MODELS[name][0], generator=g), torch.randn(n, 1, generator=g)
 
 
-def profile_steps(model: nn.Module, opt, X, y, steps: int, warmup: int = 1, **step_args) -> dict:
+def profile_ddp_steps(model: nn.Module, opt, X, y, steps: int, warmup: int = 1, **step_args) -> dict:
     """Profile ``warmup`` steps, then ``steps`` more: all-reduce calls of the first step, calls and seconds per
     later step, and how many times per later step DDP's reducer scaled a gradient (``DIVIDE``)."""
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -123,7 +123,7 @@ def predict_part(rank: int, steps: int) -> list[dict]:
         model = build(name)
         ddp = _ddp(model, None)
         X, y = rows(name, rank)
-        report = profile_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=LR), X, y, n_steps)
+        report = profile_ddp_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=LR), X, y, n_steps)
         sizes = ddp_rebuilt_bucket_sizes(ddp)
         out.append({"model": name, "widths": list(MODELS[name]), "rows_per_rank": len(X),
                     "parameters": sum(p.numel() for p in model.parameters()),
@@ -138,7 +138,7 @@ def buckets_part(rank: int, steps: int) -> list[dict]:
     X, y = rows("deep", rank)
     for cap in BUCKET_CAPS:
         ddp = _ddp(build("deep"), cap)
-        report = profile_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=LR), X, y, steps)
+        report = profile_ddp_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=LR), X, y, steps)
         out.append({"bucket_cap_mb": cap, "bucket_sizes": ddp_rebuilt_bucket_sizes(ddp), **report})
     return out
 
@@ -160,7 +160,7 @@ def accumulate_part(rank: int, world: int, steps: int, out: Path | None) -> list
     for label, micro, no_sync in variants:
         model = build("deep")
         ddp = _ddp(model, None)
-        report = profile_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=LR), X, y, steps, accumulate=micro, no_sync=no_sync)
+        report = profile_ddp_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=LR), X, y, steps, accumulate=micro, no_sync=no_sync)
         row = {"variant": label, "micro_batches": micro, "no_sync": no_sync and micro > 1, **report}
         if reference is not None:
             state = model.state_dict()

@@ -1,4 +1,4 @@
-"""gpulab.reference: loading recorded bench files, the summary, and the comparison plot."""
+"""gpulab.gpu_reference: loading recorded bench files, the summary, and the comparison plot."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from gpulab import bench, bench_results, reference
+from gpulab import bench, bench_results, gpu_reference
 
 FAST = 0.01
 
@@ -27,36 +27,36 @@ def recorded(tmp_path):
 
 
 def test_the_package_folder_loads_and_says_what_it_holds():
-    refs = reference.load_references()
-    text = reference.summary()
+    refs = gpu_reference.load_references()
+    text = gpu_reference.summary()
     if refs:
         assert f"{len(refs)} reference file(s)" in text
     else:
-        assert text == reference.NONE_RECORDED and "No GPU reference recorded yet" in text
-    assert (reference.REFERENCE_DIR / "README.md").is_file()
+        assert text == gpu_reference.NONE_RECORDED and "No GPU reference recorded yet" in text
+    assert (gpu_reference.REFERENCE_DIR / "README.md").is_file()
 
 
 def test_an_empty_or_missing_folder_means_none_recorded(tmp_path):
-    assert reference.load_references(tmp_path) == []
-    assert reference.load_references(tmp_path / "nope") == []
-    assert reference.summary(tmp_path) == reference.NONE_RECORDED
-    assert reference.reference_results("matmul", directory=tmp_path) == []
+    assert gpu_reference.load_references(tmp_path) == []
+    assert gpu_reference.load_references(tmp_path / "nope") == []
+    assert gpu_reference.summary(tmp_path) == gpu_reference.NONE_RECORDED
+    assert gpu_reference.reference_results("matmul", directory=tmp_path) == []
 
 
 def test_load_and_filter(recorded):
     folder, rs = recorded
-    [ref] = reference.load_references(folder)
+    [ref] = gpu_reference.load_references(folder)
     assert ref.name == "somegpu.json" and list(ref.results) == rs
     assert ref.environment["torch"] == rs[0].torch_version and ref.devices == [rs[0].description]
-    assert len(reference.reference_results("matmul", directory=folder)) == 3
-    assert [r.size for r in reference.reference_results("matmul", "float32", directory=folder)] == [8, 16]
-    assert len(reference.reference_results("copy", kind="device", directory=folder)) == 1
-    assert reference.reference_results("copy", kind="h2d", directory=folder) == []
+    assert len(gpu_reference.reference_results("matmul", directory=folder)) == 3
+    assert [r.size for r in gpu_reference.reference_results("matmul", "float32", directory=folder)] == [8, 16]
+    assert len(gpu_reference.reference_results("copy", kind="device", directory=folder)) == 1
+    assert gpu_reference.reference_results("copy", kind="h2d", directory=folder) == []
 
 
 def test_summary_names_each_file(recorded):
     folder, _ = recorded
-    text = reference.summary(folder)
+    text = gpu_reference.summary(folder)
     assert text.startswith("1 reference file(s):") and "somegpu.json" in text
     assert "best matmul" in text and "best copy" in text
 
@@ -65,10 +65,10 @@ def test_broken_reference_file_is_named(tmp_path):
     good = bench.matmul_probe("cpu", 8, min_run_time=FAST).to_dict()
     (tmp_path / "bad.json").write_text(json.dumps({"format": bench_results.FORMAT, "results": [{**good, "colour": 1}]}))
     with pytest.raises(ValueError, match="bad.json"):
-        reference.load_references(tmp_path)
+        gpu_reference.load_references(tmp_path)
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(ValueError, match="bad.json is not valid JSON"):
-        reference.summary(tmp_path)
+        gpu_reference.summary(tmp_path)
 
 
 def test_json_files_of_another_kind_are_skipped(recorded):
@@ -76,66 +76,66 @@ def test_json_files_of_another_kind_are_skipped(recorded):
     (folder / "doctor.json").write_text(json.dumps({"python": "3.11", "devices": []}))
     (folder / "list.json").write_text("[1, 2]")
     _measurement(folder)
-    assert [r.name for r in reference.load_references(folder)] == ["somegpu.json"]
-    assert len(reference.reference_results("matmul", directory=folder)) == 3
-    text = reference.summary(folder)
+    assert [r.name for r in gpu_reference.load_references(folder)] == ["somegpu.json"]
+    assert len(gpu_reference.reference_results("matmul", directory=folder)) == 3
+    text = gpu_reference.summary(folder)
     assert "somegpu.json" in text and "doctor.json" not in text
     assert "fake-gpu-measure.json: Fake GPU (cuda:0), torch 9.9" in text
 
 
 def _measurement(folder, steps=None, name="fake-gpu"):
-    data = {"format": reference.MEASURE_FORMAT, "created": "2026-01-02T03:04:05+00:00", "device": "cuda:0",
+    data = {"format": gpu_reference.MEASURE_FORMAT, "created": "2026-01-02T03:04:05+00:00", "device": "cuda:0",
             "description": "Fake GPU", "slug": name, "dry_run": False, "environment": {"torch": "9.9", "build": "CUDA 99"},
             "steps": steps if steps is not None else {
                 "boston_loop": {"status": "ok", "rows": [{"device": "cuda:0", "fit_epochs_per_s": 123.5}]},
                 "ddp": {"status": "error", "error": "RuntimeError: nccl"},
                 "memory": {"status": "running"}}}
-    (folder / reference.measure_file_name(name)).write_text(json.dumps(data))
+    (folder / gpu_reference.measure_file_name(name)).write_text(json.dumps(data))
     return data
 
 
 def test_recorded_shows_a_measured_table_with_where_and_when(tmp_path):
     _measurement(tmp_path)
-    [m] = reference.load_measurements(tmp_path)
+    [m] = gpu_reference.load_measurements(tmp_path)
     assert m.name == "fake-gpu-measure.json" and m.step("ddp")["status"] == "error"
-    text = reference.recorded("boston_loop", tmp_path)
+    text = gpu_reference.recorded("boston_loop", tmp_path)
     assert text.startswith("recorded on Fake GPU (cuda:0), torch 9.9, CUDA 99, 2026-01-02:")
     assert "fit_epochs_per_s" in text and "123.5" in text
-    [(_, rows)] = reference.recorded_rows("boston_loop", tmp_path)
+    [(_, rows)] = gpu_reference.recorded_rows("boston_loop", tmp_path)
     assert rows == [{"device": "cuda:0", "fit_epochs_per_s": 123.5}]
 
 
 @pytest.mark.parametrize("topic", ["ddp", "memory", "autocast_step"])  # failed, interrupted, absent
 def test_recorded_says_plainly_when_nothing_usable_is_recorded(tmp_path, topic):
     _measurement(tmp_path)
-    assert reference.recorded(topic, tmp_path).startswith(f"No GPU reference recorded yet for {topic!r}")
-    assert reference.recorded(topic, tmp_path / "missing").startswith("No GPU reference recorded yet")
+    assert gpu_reference.recorded(topic, tmp_path).startswith(f"No GPU reference recorded yet for {topic!r}")
+    assert gpu_reference.recorded(topic, tmp_path / "missing").startswith("No GPU reference recorded yet")
 
 
 def test_the_package_folder_answers_recorded_without_error():
-    text = reference.recorded("boston_loop")
+    text = gpu_reference.recorded("boston_loop")
     assert text.startswith("recorded on") or text.startswith("No GPU reference recorded yet")
 
 
 def test_file_names_match_what_the_measure_script_writes():
-    assert reference.device_slug("NVIDIA H200") == "nvidia-h200"
-    assert reference.device_slug("NVIDIA GeForce RTX 4090 (laptop)") == "nvidia-geforce-rtx-4090-laptop"
-    assert reference.device_slug("***") == "device"
-    assert reference.bench_file_name("nvidia-h200", "copy-h2d") == "nvidia-h200-copy-h2d.json"
-    assert reference.measure_file_name("cpu") == "cpu-measure.json"
+    assert gpu_reference.device_slug("NVIDIA H200") == "nvidia-h200"
+    assert gpu_reference.device_slug("NVIDIA GeForce RTX 4090 (laptop)") == "nvidia-geforce-rtx-4090-laptop"
+    assert gpu_reference.device_slug("***") == "device"
+    assert gpu_reference.bench_file_name("nvidia-h200", "copy-h2d") == "nvidia-h200-copy-h2d.json"
+    assert gpu_reference.measure_file_name("cpu") == "cpu-measure.json"
 
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="unknown probe"):
-        reference.reference_results("fft")
+        gpu_reference.reference_results("fft")
     with pytest.raises(ValueError, match="unknown dtype"):
-        reference.reference_results("matmul", "float64")
+        gpu_reference.reference_results("matmul", "float64")
 
 
 def test_plot_draws_mine_and_each_reference(recorded):
     folder, rs = recorded
     mine = bench.matmul_sweep("cpu", [8, 16, 32], "float32", threads=1, min_run_time=FAST)
-    ax = reference.plot_against_references(mine, "matmul", "float32", directory=folder)
+    ax = gpu_reference.plot_against_references(mine, "matmul", "float32", directory=folder)
     labels = [line.get_label() for line in ax.get_lines()]
     assert len(labels) == 2
     assert labels[0].startswith("this machine") and labels[1].startswith("reference")
@@ -145,7 +145,7 @@ def test_plot_draws_mine_and_each_reference(recorded):
 
 def test_plot_says_when_none_is_recorded(tmp_path):
     mine = [bench.copy_probe("cpu", 1, min_run_time=FAST)]
-    ax = reference.plot_against_references(mine, "copy", kind="device", directory=tmp_path)
+    ax = gpu_reference.plot_against_references(mine, "copy", kind="device", directory=tmp_path)
     assert "no reference result recorded yet" in ax.get_title()
     assert len(ax.get_lines()) == 1 and ax.get_ylabel() == "GB/s"
     plt.close("all")

@@ -11,12 +11,12 @@ slug ``SLUG`` (e.g. ``nvidia-h200``), files committed unchanged under ``gpulab/r
 Any other JSON in the folder (``doctor.json``...) is skipped. None may be recorded yet: then every
 helper here says so plainly. The API, used by the notebooks::
 
-    from gpulab import reference
-    reference.load_references()                      # -> list[Reference], one per bench file
-    reference.reference_results("matmul", "float32") # -> list[BenchResult] from every file
-    print(reference.summary())                       # one line per file, or "no GPU reference recorded yet"
-    reference.plot_against_references(mine, "matmul", dtype="float32")   # -> matplotlib Axes
-    print(reference.recorded("boston_loop"))         # a recorded table, or "no GPU reference recorded yet"
+    from gpulab import gpu_reference
+    gpu_reference.load_references()                      # -> list[Reference], one per bench file
+    gpu_reference.reference_results("matmul", "float32") # -> list[BenchResult] from every file
+    print(gpu_reference.summary())                       # one line per file, or "no GPU reference recorded yet"
+    gpu_reference.plot_against_references(mine, "matmul", dtype="float32")   # -> matplotlib Axes
+    print(gpu_reference.recorded("boston_loop"))         # a recorded table, or "no GPU reference recorded yet"
 
 ``mine`` is a list of :class:`gpulab.bench.BenchResult` measured in the notebook.
 """
