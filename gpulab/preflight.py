@@ -152,9 +152,9 @@ def check_torch_build() -> Check:
 def check_rendezvous(timeout: float = 60.0) -> Check:
     """Two gloo ranks meet on 127.0.0.1 and all-reduce (notebooks 05-07 need this)."""
     try:
-        from gpulab.distributed import loopback
+        from gpulab.distributed import rendezvous_check
 
-        result = loopback.rendezvous(2, timeout)
+        result = rendezvous_check.rendezvous(2, timeout)
     except Exception as exc:  # torch missing or broken
         return Check("rendezvous", PROBLEM, f"could not start: {type(exc).__name__}: {exc}", INSTALL_FIX)
     if result.ok:
@@ -175,7 +175,7 @@ def start_new_kernel(**kwargs):
 
 
 def _tail(log) -> str:
-    from gpulab.distributed.loopback import last_line
+    from gpulab.distributed.processes import last_line
 
     line = last_line(log)
     return f" ({line})" if line else ""

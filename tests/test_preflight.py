@@ -13,7 +13,7 @@ import torch
 
 from gpulab import cli, nvidia_smi, preflight, preflight_report
 
-from gpulab.distributed import loopback
+from gpulab.distributed import rendezvous_check
 from gpulab.preflight import NOTE, OK, PROBLEM, Check
 
 
@@ -118,7 +118,7 @@ def test_no_free_port_is_a_problem(monkeypatch):
         raise RuntimeError("The server socket has failed to listen on any local network address. "
                            "port: 0, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use")
 
-    monkeypatch.setattr(loopback, "_master_store", refuse)
+    monkeypatch.setattr(rendezvous_check, "_master_store", refuse)
     check = preflight.check_rendezvous(timeout=5)
     assert check.status == PROBLEM and check.detail.startswith("could not open a port on 127.0.0.1")
     assert "address already in use" in check.detail and "firewall" in check.fix
@@ -130,24 +130,24 @@ def _gone(pids: list[int]) -> bool:
 
 @pytest.mark.slow
 def test_broken_rendezvous_times_out_and_leaves_no_process(monkeypatch):
-    real = loopback._rank_command
+    real = rendezvous_check._rank_command
     # each rank waits for a third rank that never comes
-    monkeypatch.setattr(loopback, "_rank_command",
+    monkeypatch.setattr(rendezvous_check, "_rank_command",
                         lambda port, rank, world, timeout: real(port, rank, world + 1, timeout))
     start = time.monotonic()
-    result = loopback.rendezvous(2, timeout=4)
+    result = rendezvous_check.rendezvous(2, timeout=4)
     assert time.monotonic() - start < 15
     assert not result.ok and "did not finish within 4 s" in result.detail
     assert len(result.pids) == 2 and _gone(result.pids)
-    monkeypatch.setattr(loopback, "rendezvous", lambda world, timeout: result)
+    monkeypatch.setattr(rendezvous_check, "rendezvous", lambda world, timeout: result)
     check = preflight.check_rendezvous(timeout=4)
     assert check.status == PROBLEM and "firewall" in check.fix
 
 
 def test_a_failing_rank_is_reported_with_its_last_line(monkeypatch):
     crash = [sys.executable, "-c", "import sys; print('gloo: connect failed'); sys.exit(3)"]
-    monkeypatch.setattr(loopback, "_rank_command", lambda *args: crash)
-    result = loopback.rendezvous(2, timeout=30)
+    monkeypatch.setattr(rendezvous_check, "_rank_command", lambda *args: crash)
+    result = rendezvous_check.rendezvous(2, timeout=30)
     assert not result.ok
     assert result.detail.startswith("rank ") and "(exit status 3): gloo: connect failed" in result.detail
     assert _gone(result.pids)
@@ -155,9 +155,9 @@ def test_a_failing_rank_is_reported_with_its_last_line(monkeypatch):
 
 def test_rendezvous_rejects_bad_arguments():
     with pytest.raises(ValueError, match="at least 2 ranks"):
-        loopback.rendezvous(1)
-    with pytest.raises(ValueError, match="positive number of seconds"):
-        loopback.rendezvous(2, timeout=0)
+        rendezvous_check.rendezvous(1)
+    with pytest.raises(ValueError, match=r"timeout \(seconds\)=0 must be a positive number"):
+        rendezvous_check.rendezvous(2, timeout=0)
 
 
 def test_kernel_that_does_not_start_is_a_problem(monkeypatch):

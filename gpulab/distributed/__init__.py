@@ -1,13 +1,17 @@
-"""Everything that runs several processes: the torchrun launcher, the rank programs and their checkpoints.
+"""Everything that runs several processes: the torchrun launcher, the rank programs, their drivers.
 
-``gpulab.distributed.launch`` is the entry point (``launch``, ``train_ddp``); the other modules are its
-parts: ``processes`` (the process tree, stopping it, reading its output on every OS), ``rendezvous``
-(what each OS needs for a single-machine rendezvous), ``torchrun_command`` and ``torchrun`` (building and
-running the command), ``launch_result`` (results and errors), ``rank_io`` (a worker's output and exit),
-``ddp_worker`` (the DDP rank program), ``fsdp_worker``, ``fsdp_probe`` and ``fsdp`` (FSDP2 on CPU ranks: the
-rank program, one step's memory measured, ``train_fsdp``), ``collectives_worker``, ``ddp_profile`` and ``collectives`` (what each collective does and
-costs, DDP's all-reduces under the profiler: the rank program, its DDP part and ``run_collectives``), ``cost``
-(busbw, the alpha + beta fit, DDP's buckets), ``failures_worker``, ``failures_ddp`` and ``failures`` (notebook
-10's failures, reproduced on purpose: the rank program, its DDP cases and ``reproduce``), ``checkpoint`` (epoch
-checkpoints) and ``loopback`` (the pre-class rendezvous check).
+A rank program is a ``NAME_worker.py`` module that torchrun starts once per rank (its place from
+``rank_io.rank_env``, its group joined through ``rank_io.run_in_group``); its driver ``NAME.py`` launches it
+through ``torchrun`` and reads what the ranks wrote. The pairs: ``ddp`` / ``ddp_worker`` (DDP on the
+article's recipe; ``checkpoint``: its epoch checkpoints), ``fsdp`` / ``fsdp_worker`` (FSDP2 on CPU ranks;
+``fsdp_probe``: one step's memory measured), ``collectives`` / ``collectives_worker`` (what each collective
+does and costs; ``ddp_profile``: DDP's all-reduces under the profiler; ``cost``: busbw, the alpha + beta fit,
+DDP's buckets), ``failures`` / ``failures_worker`` (notebook 10's failures on purpose; ``failures_ddp``: its
+DDP cases) and ``crossover`` / ``crossover_worker`` (where more DDP ranks stop helping).
+
+The launcher's parts: ``torchrun_command`` and ``torchrun`` (building and running the command, with a time
+limit), ``launch_result`` (results and errors), ``processes`` (the process tree, stopping it, reading its
+output on every OS), ``rendezvous`` (what each OS needs for a single-machine rendezvous) and ``rank_io``
+(a rank's place, whole output lines and a clean exit). ``rendezvous_check`` is the pre-class check's real
+two-rank rendezvous, without torchrun.
 """

@@ -148,6 +148,13 @@ def stop_processes(procs: Iterable[psutil.Process], grace: float = 3.0) -> list[
     return procs
 
 
+def last_line(log) -> str:
+    """The last non-blank line written to a binary log file (a rank's or a kernel's output), or ``''``."""
+    log.seek(0)
+    lines = [line.strip() for line in log.read().decode(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
 class LineReader:
     """Read a binary pipe in a daemon thread; ``get(timeout)`` returns one whole line, or ``None``.
 

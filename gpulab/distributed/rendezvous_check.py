@@ -1,10 +1,12 @@
-"""A real gloo rendezvous of two ranks on 127.0.0.1, within a time limit: can this machine run DDP?
+"""The pre-class check's rendezvous (``gpulab preflight``): can this machine run DDP? Driver and rank program.
 
 ``rendezvous(world_size=2, timeout=60)`` opens a ``TCPStore`` on a free loopback port (port 0: the
 system picks one, so parallel runs never clash), starts ``world_size`` Python processes of this module,
 each joining a gloo process group through that store and all-reducing ``rank + 1``, and reports
 whether every rank saw the right sum. Every process has the time limit; whatever still runs at the
-end is killed. The DDP notebooks need exactly this: processes, a local TCP port, and gloo.
+end is killed. The DDP notebooks need exactly this: processes, a local TCP port, and gloo. It uses no
+torchrun on purpose (it checks what torchrun itself needs), with this OS's rendezvous settings
+(:func:`gpulab.distributed.rendezvous.current_plan`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,12 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+
+from gpulab.distributed.processes import last_line
+from gpulab.distributed.rank_io import exit_worker
+from gpulab.distributed.rendezvous import current_plan
+from gpulab.timing import Stopwatch
+from gpulab.validate import positive_number
 
 HOST = "127.0.0.1"
 POLL_S = 0.05
@@ -33,7 +41,7 @@ class Rendezvous:
 
 
 def _use_libuv() -> bool:
-    return sys.platform != "win32"  # torch's Windows builds have no libuv (pytorch#139990)
+    return current_plan().env.get("USE_LIBUV", os.environ.get("USE_LIBUV", "1")) != "0"  # none on Windows
 
 
 def _master_store(timeout: float):
@@ -45,32 +53,22 @@ def _master_store(timeout: float):
 
 
 def _rank_command(port: int, rank: int, world_size: int, timeout: float) -> list[str]:
-    return [sys.executable, "-m", "gpulab.distributed.loopback", "--port", str(port), "--rank", str(rank),
+    return [sys.executable, "-m", "gpulab.distributed.rendezvous_check", "--port", str(port), "--rank", str(rank),
             "--world-size", str(world_size), "--timeout", str(timeout)]
-
-
-def last_line(log) -> str:
-    """The last non-blank line written to a binary log file, or ``''``."""
-    log.seek(0)
-    lines = [line.strip() for line in log.read().decode(errors="replace").splitlines() if line.strip()]
-    return lines[-1] if lines else ""
 
 
 def rendezvous(world_size: int = 2, timeout: float = 60.0) -> Rendezvous:
     """Start ``world_size`` ranks that meet on 127.0.0.1 and all-reduce; never runs past ``timeout`` (+ clean-up)."""
-    if not isinstance(world_size, int) or world_size < 2:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
         raise ValueError(f"world_size={world_size!r}: a rendezvous needs at least 2 ranks")
-    if not timeout > 0:
-        raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
-    start = time.monotonic()
+    positive_number(timeout, "timeout (seconds)")
+    clock, start = Stopwatch().start(), time.monotonic()  # the seconds it took; the deadline
     try:
         store = _master_store(timeout)
     except (RuntimeError, OSError) as exc:
         return Rendezvous(False, f"could not open a port on {HOST}: {str(exc).strip().splitlines()[0]}",
-                          time.monotonic() - start)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if not _use_libuv():
-        env["USE_LIBUV"] = "0"
+                          clock.elapsed())
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **current_plan().env}
     logs = [tempfile.TemporaryFile() for _ in range(world_size)]
     procs: list[subprocess.Popen] = []
     try:
@@ -84,14 +82,14 @@ def rendezvous(world_size: int = 2, timeout: float = 60.0) -> Rendezvous:
                 rank = failed[0]
                 said = last_line(logs[rank]) or "no output"
                 return Rendezvous(False, f"rank {rank} failed (exit status {codes[rank]}): {said}",
-                                  time.monotonic() - start, [p.pid for p in procs])
+                                  clock.elapsed(), [p.pid for p in procs])
             if all(code == 0 for code in codes):
                 return Rendezvous(True, f"{world_size} gloo ranks met on {HOST} and all-reduced correctly",
-                                  time.monotonic() - start, [p.pid for p in procs])
+                                  clock.elapsed(), [p.pid for p in procs])
             time.sleep(POLL_S)
         waiting = [r for r, p in enumerate(procs) if p.poll() is None]
         return Rendezvous(False, f"rank(s) {', '.join(map(str, waiting))} did not finish within {timeout:g} s",
-                          time.monotonic() - start, [p.pid for p in procs])
+                          clock.elapsed(), [p.pid for p in procs])
     finally:
         for p in procs:
             if p.poll() is None:
@@ -104,7 +102,7 @@ def rendezvous(world_size: int = 2, timeout: float = 60.0) -> Rendezvous:
 
 def _rank_main(argv: list[str] | None = None) -> int:
     """One rank: join the group through the store, all-reduce ``rank + 1``, check the sum."""
-    parser = argparse.ArgumentParser(prog="python -m gpulab.distributed.loopback")
+    parser = argparse.ArgumentParser(prog="python -m gpulab.distributed.rendezvous_check")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--world-size", type=int, required=True)
@@ -125,9 +123,8 @@ def _rank_main(argv: list[str] | None = None) -> int:
         code = 0 if total.item() == want else 3
     finally:
         dist.destroy_process_group()
-    sys.stdout.flush()
-    os._exit(code)  # skip interpreter teardown: gloo's threads can abort it after a good run (DESIGN.md §5)
+    return code
 
 
 if __name__ == "__main__":
-    raise SystemExit(_rank_main())
+    exit_worker(_rank_main())  # the group is destroyed; skip teardown, where gloo's threads can abort
