@@ -68,9 +68,10 @@ def test_fully_shard_equals_single_process_and_shards_follow_chunk(nproc, launch
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_probe_step_matches_the_fsdp2_model(nproc, launches):
-    """Stored bytes exactly; the peak within the FSDP2 model with the CPU's copies (``on_cpu``): at most its
-    activations below (backward frees them as it goes), at most one reduce-scatter buffer above (gloo copies
-    the reduce-scatter's input)."""
+    """Stored bytes exactly; the peak within the FSDP2 model with the CPU's copies (``on_cpu``), give or take
+    one reduce-scatter buffer: below, at most its activations (backward frees them as it goes) and one buffer;
+    above, one buffer (gloo copies the reduce-scatter's input). gloo frees on its own threads, where the
+    profiler's allocation events place the free late or not at all (seen: a rank 1% under the model)."""
     meta = probe_model("meta")
     for report in launches[nproc].ranks:
         measured = {m["setting"]: m for m in report["probe"]}
@@ -82,7 +83,8 @@ def test_probe_step_matches_the_fsdp2_model(nproc, launches):
             assert {k: m["storage"][k] for k in ("parameters", "gradients")} == {
                 k: e.components[k] for k in ("parameters", "gradients")}, (name, report["rank"])
             assert m["storage"]["optimizer state"] <= e.components["optimizer state"]
-            low = e.peak.total - m["activations"] - (e.components["optimizer state"] - m["storage"]["optimizer state"])
+            low = (e.peak.total - m["activations"] - e.peak.largest_buffer
+                   - (e.components["optimizer state"] - m["storage"]["optimizer state"]))
             high = e.peak.total + e.peak.largest_buffer
             assert low <= m["peak"] <= high, (name, report["rank"], low, m["peak"], high)
             # each unit is gathered for forward and again for backward, unless it stays gathered
