@@ -103,3 +103,13 @@ def test_real_run_writes_weights_and_json(tmp_path, capfd):
     assert set(state) == {f"layer{i}.0.{p}" for i in (1, 2, 3) for p in ("weight", "bias")}
     info = json.loads(summary.read_text())
     assert info["world_size"] == 2 and info["recipe"]["batch_size"] == 64 and len(info["history"]["loss"]) == 3
+    # The 2-rank case of tests/test_ddp.py's equality, in this launch: the same weights as one process.
+    from gpulab.experiment import Recipe, setup
+    from gpulab.train import max_abs_difference
+
+    single = setup(Recipe(epochs=3, batch_size=64))
+    single.fit(progress=False)
+    assert max_abs_difference(state, single.model.state_dict()) <= 1e-4
+    assert max_abs_difference(state, setup(Recipe()).model.state_dict()) > 1e-3  # the comparison can fail
+    assert info["metrics"]["rmse"] == pytest.approx(info["metrics"]["mse"] ** 0.5)
+    assert "[rank 1] epoch" not in out  # only rank 0 logs
