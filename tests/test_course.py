@@ -36,7 +36,11 @@ needs_make = pytest.mark.skipif(MAKE is None, reason="make is not installed here
 
 
 def _make_n(*args: str) -> list[str]:
-    done = subprocess.run([MAKE, "-n", *args], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    """What ``make -n ARGS`` would run. Under ``make test`` this runs inside make: a sub-make would print
+    "Entering directory" lines and inherit the parent's flags, so it gets neither."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    done = subprocess.run([MAKE, "--no-print-directory", "-n", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, check=True, env=env)
     return done.stdout.strip().splitlines()
 
 

@@ -15,9 +15,9 @@ import torch.distributed as dist
 from torch import nn
 
 
-def short_group(args: argparse.Namespace) -> dist.ProcessGroup:
-    """A new group of every rank with the short timeout (a timed-out gloo group is broken for good)."""
-    return dist.new_group(timeout=datetime.timedelta(seconds=args.short_timeout))
+def short_group(args: argparse.Namespace, seconds: float | None = None) -> dist.ProcessGroup:
+    """A new group of every rank with the short timeout, or ``seconds`` (a timed-out gloo group is broken for good)."""
+    return dist.new_group(timeout=datetime.timedelta(seconds=args.short_timeout if seconds is None else seconds))
 
 
 class TwoHeads(nn.Module):

@@ -109,9 +109,14 @@ def loss(rank: int, world: int, args: argparse.Namespace) -> tuple[Callable, Cal
 
 
 def timeout(rank: int, world: int, args: argparse.Namespace) -> tuple[Callable, Callable]:
-    """The mismatch of ``mismatch`` without DETAIL, in a group with a short timeout: the ranks wait, then fail."""
+    """The mismatch of ``mismatch`` without DETAIL, in a group with a short timeout: the ranks wait, then fail.
+
+    Rank 0's limit is the shortest, so rank 0 times out first and its message is the one shown. With equal
+    limits either rank may time out first; the other then sees its connection closed by the peer instead.
+    """
     def broken() -> None:
-        mismatch(rank, world, args, short_group(args))[0]()
+        limit = args.short_timeout * (1 if rank == 0 else 2)
+        mismatch(rank, world, args, short_group(args, limit))[0]()
 
     def fixed() -> str:
         said = mismatch(rank, world, args, short_group(args))[1]()
