@@ -65,7 +65,7 @@ def _exercise_checks(folder: Path = ROOT / "gpulab" / "exercises") -> re.Pattern
 
 
 CHECK_CALL = _exercise_checks()
-MD_LINK = re.compile(r"\]\((\.\./[^)\s#]+)")
+MD_LINK = re.compile(r"\]\(((?:\.\./|figures/)[^)\s#]+)")  # files beside the notebooks: ../X and figures/X
 CODE_PATH = re.compile(r"""["'](\.\./[^"'\s]+)["']""")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -128,7 +128,7 @@ def student_cells(name: str, cells: list[dict]) -> list[dict]:
 
 
 def referenced_files(cells: list[dict]) -> list[str]:
-    """Paths starting with ``../`` that markdown links or code strings point to, in order of appearance."""
+    """Files that markdown links or images (``../X``, ``figures/X``) or code strings (``../X``) point to, in order."""
     found: list[str] = []
     for cell in cells:
         pattern = MD_LINK if cell["cell_type"] == "markdown" else CODE_PATH

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from scripts_loader import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -64,10 +65,6 @@ CUE = re.compile(
 # The machine that ran the committed notebook is not the reader's: say it from a cell, not in prose.
 RUN_ON = re.compile(r"\b(?:this notebook|the notebook|it) (?:was|were|is) (?:run|executed|committed|measured) on\b", re.I)
 SPEED_WORD = re.compile(r"\b(?:faster|slower|as fast|speed-?ups?|quicker)\b", re.I)
-HTTP_LINK = "\x00cite\x00"
-_ABBREVIATIONS = re.compile(r"\b(e\.g|i\.e|etc|vs|cf|approx|Fig)\.", re.I)
-
-
 @dataclass(frozen=True)
 class Finding:
     """One flagged sentence: where, what it says, and why."""
@@ -80,78 +77,8 @@ class Finding:
         return f"[{self.cell}] {self.reason}: {self.sentence}"
 
 
-def _code_marker(n: int) -> str:
-    """A placeholder for the n-th inline code span, made of letters so no pattern sees its digits."""
-    return "\x02" + "".join(chr(ord("a") + int(d)) for d in str(n)) + "\x02"
-
-
-def _prose(markdown: str, title_cell: bool = False, code: list[str] | None = None) -> str:
-    """The markdown with code, blockquotes and link targets removed; an http(s) link leaves a marker.
-
-    Inline code spans become placeholders; their text is appended to ``code`` (to show findings).
-    """
-    lines, fenced = [], False
-    for line in markdown.splitlines():
-        stripped = line.strip()
-        if stripped.startswith(("```", "~~~")):
-            fenced = not fenced
-            lines.append("")
-            continue
-        if fenced or stripped.startswith(">") or (title_cell and stripped.startswith("**Runs in:**")):
-            lines.append("")
-            continue
-        lines.append(line)
-    text = "\n".join(lines)
-    text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)
-    spans = code if code is not None else []
-
-    def hide(m: re.Match) -> str:
-        spans.append(m.group(0))
-        return _code_marker(len(spans) - 1)
-
-    text = re.sub(r"(`+)(.+?)\1", hide, text, flags=re.S)
-    text = re.sub(r"!?\[([^\]]*)\]\((https?://[^)\s]*)[^)]*\)", rf"\1{HTTP_LINK}", text)
-    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", text)
-    text = re.sub(r"<https?://[^>]+>|https?://\S+", HTTP_LINK, text)
-    return text.replace("**", "").replace("__", "")
-
-
-def sentences(markdown: str, title_cell: bool = False, code: list[str] | None = None) -> list[str]:
-    """Prose sentences of a markdown cell: paragraphs, list items and table rows, split at . ! ?
-
-    Inline code stays hidden behind placeholders when ``code`` is given (a list that receives the
-    spans); otherwise it is put back.
-    """
-    spans: list[str] = [] if code is None else code
-    units, current = [], []
-    for line in _prose(markdown, title_cell, spans).splitlines():
-        stripped = line.strip()
-        new_unit = not stripped or re.match(r"^(?:[-*+]\s|\d+[.)]\s|#|\|)", stripped)
-        if new_unit and current:
-            units.append(" ".join(current))
-            current = []
-        if stripped:
-            current.append(stripped)
-        if stripped.startswith(("#", "|")):
-            units.append(" ".join(current))
-            current = []
-    if current:
-        units.append(" ".join(current))
-    out = []
-    for unit in units:
-        protected = _ABBREVIATIONS.sub(lambda m: m.group(0).replace(".", "\x01"), unit)
-        for part in re.split(r"(?<=[.!?])\s+(?=[^a-z])", protected):
-            part = part.replace("\x01", ".").strip()
-            if part:
-                out.append(part if code is not None else _show(part, spans))
-    return out
-
-
-def _show(sentence: str, code: list[str]) -> str:
-    """The sentence with its inline code put back and citation markers removed."""
-    for i, span in enumerate(code):
-        sentence = sentence.replace(_code_marker(i), span)
-    return sentence.replace(HTTP_LINK, "")
+PROSE = load_script("prose_text")
+HTTP_LINK, sentences, _show = PROSE.HTTP_LINK, PROSE.sentences, PROSE._show
 
 
 def _quantities(sentence: str) -> list[tuple[str, str]]:
