@@ -57,12 +57,16 @@ def gather(outputs: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> torch.Tens
 
 @dataclass
 class DataParallelStep:
-    """One DataParallel forward/backward: who got how many rows, the gathered output, the gradients."""
+    """One DataParallel forward/backward: who got how many rows, the gathered output, the gradients.
+
+    ``replica_grads`` holds each replica's own gradients (by parameter name), before they are summed into ``grads``.
+    """
 
     batch_sizes: list[int]
     output: torch.Tensor
     loss: float
     grads: dict[str, torch.Tensor] = field(repr=False)
+    replica_grads: list[dict[str, torch.Tensor]] = field(default_factory=list, repr=False)
 
     @property
     def replicas(self) -> int:
@@ -94,6 +98,8 @@ def data_parallel_step(
     loss = loss_fn(output, y.to(output.device))
     loss.backward()
     named = dict(model.named_parameters())
+    replica_grads = [{name: p.grad.detach().clone() for name, p in replica.named_parameters() if p.grad is not None}
+                     for replica in replicas]
     for replica in replicas:
         for name, p in replica.named_parameters():
             if p.grad is None:
@@ -103,7 +109,8 @@ def data_parallel_step(
             target.grad = grad.clone() if target.grad is None else target.grad + grad
     grads = {name: p.grad.detach().clone() for name, p in named.items() if p.grad is not None}
     return DataParallelStep(
-        batch_sizes=[len(c) for c in chunks], output=output.detach(), loss=loss.item(), grads=grads
+        batch_sizes=[len(c) for c in chunks], output=output.detach(), loss=loss.item(), grads=grads,
+        replica_grads=replica_grads,
     )
 
 

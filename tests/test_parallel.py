@@ -97,6 +97,16 @@ def test_per_replica_gradients_differ_but_sum_to_full():
     assert max_grad_difference(averaged, full) > 1e-4
 
 
+def test_each_replica_keeps_its_own_gradients_and_they_sum_to_the_step():
+    model, x, y = _setup(n=10)
+    step = data_parallel_step(model, x, y, 4)
+    assert len(step.replica_grads) == step.replicas == 4
+    for name, total in step.grads.items():
+        torch.testing.assert_close(sum(g[name] for g in step.replica_grads), total)
+    first, second = step.replica_grads[0]["layer3.0.bias"], step.replica_grads[1]["layer3.0.bias"]
+    assert not torch.equal(first, second)  # different rows give different gradients
+
+
 def test_gather_keeps_order():
     parts = [torch.full((2, 1), float(i)) for i in range(3)]
     assert gather(parts).flatten().tolist() == [0, 0, 1, 1, 2, 2]
