@@ -1,0 +1,78 @@
+"""The tensor-parallel rank program: Megatron's split by hand, then with DTensor, counted, timed, uneven.
+
+    torchrun --standalone --nproc-per-node 2 -m gpulab.distributed.tensor_parallel_worker --out DIR \\
+        --parts megatron,block,traffic,vocab --steps 3 --vocab 11
+
+Parts (any of them, in this order, in one launch; ``gpulab.distributed.tp_parts`` and ``tp_traffic`` hold them):
+
+- ``megatron``: an MLP split by hand on plain tensors, one all-reduce, beside one process and a wrong split;
+- ``block``: a tiny transformer block under each plan of ``gpulab.tp_model.PLANS`` (``parallelize_module``),
+  trained ``--steps`` steps beside one process, its collectives counted per phase with ``CommDebugMode``;
+- ``traffic``: an all-reduce sweep, then a larger block profiled: each collective's size and time;
+- ``vocab``: an output layer of ``--vocab`` rows (and that size padded to a multiple of the ranks) split by rows,
+  trained with ``loss_parallel`` beside one process.
+
+Each rank writes ``DIR/rank<N>.json``; ``gpulab.distributed.tensor_parallel.run_tensor_parallel`` reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from gpulab import argtypes
+from gpulab.atomic import write_json
+from gpulab.distributed.rank_io import exit_worker, prefix_output, rank_env, run_in_group
+
+#: The parts a launch can run, in the order they run.
+PARTS = ("megatron", "block", "traffic", "vocab")
+SWEEP_SIZES = (8192, 32768, 131072, 524288)  # bytes: around the traffic block's activations (128 KiB)
+
+
+def run(args: argparse.Namespace, rank: int, world: int) -> None:
+    """This rank's parts once the process group is up; writes ``rank<N>.json``."""
+    from gpulab.distributed import tp_parts, tp_traffic
+
+    torch.set_num_threads(1)
+    report: dict = {"rank": rank, "world_size": world}
+    if "megatron" in args.parts:
+        report["megatron"] = tp_parts.megatron_part(rank, world)
+    if "block" in args.parts:
+        report["block"] = tp_parts.block_part(rank, world, args.steps)
+    if "traffic" in args.parts:
+        report["traffic"] = tp_traffic.traffic_part(rank, world, args.steps, list(SWEEP_SIZES), args.repeats)
+    if "vocab" in args.parts:
+        report["vocab"] = tp_parts.vocab_part(rank, world, args.steps, args.vocab)
+    write_json(Path(args.out) / f"rank{rank}.json", report)
+    print(f"done: {', '.join(args.parts)} on {world} rank(s)", flush=True)
+
+
+def _parts(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names or any(n not in PARTS for n in names):
+        raise argparse.ArgumentTypeError(f"parts {text!r}: use a comma-separated list of {', '.join(PARTS)}")
+    return [p for p in PARTS if p in names]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point under torchrun."""
+    p = argparse.ArgumentParser(prog="gpulab.distributed.tensor_parallel_worker", description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="folder for rank<N>.json")
+    p.add_argument("--parts", type=_parts, default=list(PARTS))
+    p.add_argument("--steps", type=argtypes.positive_int, default=3, help="training steps per run")
+    p.add_argument("--repeats", type=argtypes.positive_int, default=5, help="calls per size in the sweep")
+    p.add_argument("--vocab", type=argtypes.positive_int, default=11, help="rows of the output layer")
+    p.add_argument("--pg-timeout", type=argtypes.positive_float, default=60.0, help="seconds any collective may wait")
+    args = p.parse_args(argv)
+    env = rank_env()
+    if env is None:
+        return 2
+    prefix_output(env.rank)
+    return run_in_group("gloo", args.pg_timeout, lambda: run(args, env.rank, env.world))
+
+
+if __name__ == "__main__":
+    exit_worker(main())
