@@ -22,6 +22,7 @@ COMMANDS = {
     "evaluate": "gpulab.cli.evaluate",
     "preflight": "gpulab.cli.preflight",
     "estimate": "gpulab.cli.estimate",
+    "plan": "gpulab.cli.plan",
 }
 
 
