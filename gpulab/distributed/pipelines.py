@@ -1,0 +1,199 @@
+"""Notebook 13's one launch and what it measured: pipeline schedules, a 2-D mesh, layouts against ``gpulab.plan``.
+
+    lesson = run_lesson(timeout=240)      # one torchrun launch of 4 CPU ranks (gpulab.distributed.pipelines_worker)
+    bubble_rows(lesson)                   # the measured bubble against (p - 1) / (m + p - 1)
+    in_flight_rows(lesson)                # micro-batches whose activations each rank held at once
+    timeline(lesson, "1F1B")              # each rank's forwards and backwards of one step, from the profiler
+    mesh_rows(lesson), mesh_checks(lesson)   # the 2-D mesh's collectives, their sizes, which dimension
+    validation_rows(lesson)               # gpulab.plan's prediction against the measured step and memory
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from gpulab.distributed.collectives import fit_sweep, sweep_rows
+from gpulab.distributed.cost import ring_from_fit
+from gpulab.distributed.pipelines_probe import SHAPE
+from gpulab.distributed.pipelines_worker import PARTS
+from gpulab.distributed.torchrun import launch
+from gpulab.plan import Cluster, Model, Prediction, predict
+from gpulab.plan_layouts import Layout
+
+RANKS = 4
+SPAN = re.compile(r"^stage (\d+) ([FB])(\d+)$")
+#: The 2-D mesh's collectives in the profiler -> (collective, who calls it, the mesh dimension it runs over).
+MESH_CALLS = {"c10d::_allgather_base_": ("all-gather", "FSDP2", "dp"),
+              "c10d::_reduce_scatter_base_": ("reduce-scatter", "FSDP2", "dp"),
+              "_c10d_functional::all_reduce": ("all-reduce", "tensor parallelism (DTensor)", "tp")}
+
+
+@dataclass
+class Lesson:
+    """What rank 0 reported (``gpulab.distributed.pipelines_worker``), the launch's lines, seconds and warnings."""
+
+    report: dict
+    lines: list[str]
+    seconds: float
+    notes: list[str]
+
+
+def run_lesson(timeout: float = 240.0, on_line: Callable[[str], None] | None = None,
+               parts: tuple[str, ...] = PARTS, repeats: int = 3, steps: int = 3) -> Lesson:
+    """Launch the rank program on 4 CPU ranks (gloo) once for ``parts``; stopped after ``timeout`` s."""
+    bad = [p for p in parts if p not in PARTS]
+    if bad or not parts:
+        raise ValueError(f"parts={list(parts)!r}: use some of {', '.join(PARTS)}")
+    with tempfile.TemporaryDirectory(prefix="gpulab-pipelines-") as tmp:
+        args = ["--out", tmp, "--parts", ",".join(parts), "--repeats", str(repeats), "--steps", str(steps)]
+        with warnings.catch_warnings(record=True) as caught:  # "4 ranks on 2 CPU cores": kept as a note
+            warnings.simplefilter("always")
+            result = launch("gpulab.distributed.pipelines_worker", args, nproc=RANKS, timeout=timeout,
+                            backend="gloo", on_line=on_line)
+        report = json.loads((Path(tmp) / "report.json").read_text(encoding="utf-8"))
+    return Lesson(report, result.lines, result.seconds, sorted({str(w.message) for w in caught}))
+
+
+def bubble_formula(stages: int, micro_batches: int) -> float:
+    """The share of a step a pipeline's ranks wait while it fills and drains: ``(p - 1) / (m + p - 1)``."""
+    if stages < 1 or micro_batches < 1:
+        raise ValueError(f"stages={stages!r} and micro_batches={micro_batches!r} must be whole numbers >= 1")
+    return (stages - 1) / (micro_batches + stages - 1)
+
+
+def _runs(lesson: Lesson) -> list[dict]:
+    if "schedules" not in lesson.report:
+        raise ValueError("this lesson has no 'schedules' part: run_lesson(parts=(..., 'schedules', ...))")
+    return lesson.report["schedules"]["runs"]
+
+
+def bubble_rows(lesson: Lesson) -> list[dict]:
+    """Per schedule and micro-batch count: the measured bubble (median and smallest of the steps), the formula."""
+    return [{"schedule": r["schedule"], "micro-batches": r["micro_batches"],
+             "measured (median)": statistics.median(r["bubble"]), "measured (smallest)": min(r["bubble"]),
+             "formula": bubble_formula(r["stages"], r["micro_batches"])} for r in _runs(lesson)]
+
+
+def in_flight_rows(lesson: Lesson) -> list[dict]:
+    """Per run and rank: the peak bytes of live activations, and that peak in micro-batches.
+
+    One micro-batch's activations on a rank are GPipe's peak at the same count divided by the count (GPipe
+    keeps every micro-batch until its backward).
+    """
+    runs = _runs(lesson)
+    gpipe = {r["micro_batches"]: r["peak_saved"] for r in runs if r["schedule"] == "GPipe"}
+    rows = []
+    for r in runs:
+        m = r["micro_batches"]
+        for rank, peak in enumerate(r["peak_saved"]):
+            one = gpipe[m][rank] / m
+            rows.append({"schedule": r["schedule"], "micro-batches": m, "rank": rank, "peak bytes": peak,
+                         "micro-batches in flight": peak / one})
+    return rows
+
+
+def grad_rows(lesson: Lesson) -> list[dict]:
+    """The largest gradient difference to one process of every pipeline run, the looped schedules and the control."""
+    s = lesson.report["schedules"]
+    rows = [{"run": f"{r['schedule']}, {r['micro_batches']} micro-batches", "stages": r["stages"],
+             "max |difference|": r["grad_error"]} for r in s["runs"]]
+    rows += [{"run": f"{r['schedule']}, {r['micro_batches']} micro-batches, 2 stages per rank", "stages": r["stages"],
+              "max |difference|": r["grad_error"]} for r in s["looped"]]
+    return rows + [{"run": f"control: {s['control']['what']}", "stages": s["ranks"],
+                    "max |difference|": s["control"]["grad_error"]}]
+
+
+def timeline(lesson: Lesson, schedule: str) -> list[list[dict]]:
+    """One profiled step of ``schedule``: per rank, its forwards and backwards in order, in ms from the first start."""
+    traces = {t["schedule"]: t for t in lesson.report["schedules"]["traces"]}
+    if schedule not in traces:
+        raise ValueError(f"no trace of {schedule!r}: traced {', '.join(traces)}")
+    per_rank = traces[schedule]["spans"]
+    origin = min(s[1] for rank in per_rank for s in rank)
+    out = []
+    for rank in per_rank:
+        boxes = []
+        for name, start, end in rank:
+            stage, kind, micro = SPAN.match(name).groups()
+            boxes.append({"stage": int(stage), "kind": kind, "micro_batch": int(micro),
+                          "start_ms": (start - origin) / 1e3, "end_ms": (end - origin) / 1e3})
+        out.append(boxes)
+    return out
+
+
+def order(boxes: list[dict]) -> str:
+    """A rank's work as text, like ``F0 F1 B0 F2 B1 B2``."""
+    return " ".join(f"{b['kind']}{b['micro_batch']}" for b in boxes)
+
+
+def mesh_rows(lesson: Lesson, rank: int = 0) -> list[dict]:
+    """The 2-D step's collectives on ``rank``: each kind, who calls it, how many, the shapes it moved."""
+    calls = lesson.report["mesh"]["per_rank"][rank]["calls"]
+    rows = []
+    for name, (collective, caller, dim) in MESH_CALLS.items():
+        mine = [shape for n, shape in calls if n == name]
+        rows.append({"collective": collective, "called by": caller, "calls": len(mine),
+                     "tensor shapes": " ".join(sorted({" ".join(map(str, s)) for s in mine})), "mesh dimension": dim})
+    return rows
+
+
+def mesh_checks(lesson: Lesson) -> dict[str, bool]:
+    """What the 2-D trace's sizes show: all-gathers join ``dp`` pieces of each rank's TP share, all-reduces carry
+    the activations of this data-parallel rank's tokens only, and each dimension's group holds 2 ranks."""
+    mesh = lesson.report["mesh"]
+    rank0 = mesh["per_rank"][0]
+    dp, tp = (len(rank0["groups"][d]) for d in ("dp", "tp"))
+    h, tokens = SHAPE["hidden"], SHAPE["samples"] * SHAPE["sequence"]
+    block = 2 * 4 * h * h + 4 * h + h  # one block's parameters
+    tp_share = (4 * h * h + 4 * h) // tp + (4 * h * h) // tp + h  # Colwise weight+bias, Rowwise weight, whole bias
+    gathers = [s for n, s in rank0["calls"] if n == "c10d::_allgather_base_"]
+    reduces = [s for n, s in rank0["calls"] if n == "_c10d_functional::all_reduce"]
+    return {"every all-gather joins dp pieces into one rank's TP share of a block":
+                all(shapes == [[tp_share], [tp_share // dp]] for shapes in gathers) and block > tp_share,
+            "every all-reduce carries this dp rank's tokens x hidden":
+                all(shapes[0] == [tokens // dp, h] for shapes in reduces),
+            "each mesh dimension's group holds 2 ranks": dp == tp == 2}
+
+
+def lesson_model() -> tuple[Model, int]:
+    """The launch's blocks as ``gpulab.plan`` sees them (fp32, Adam), and the global batch in samples."""
+    h, layers = SHAPE["hidden"], SHAPE["layers"]
+    params = layers * (2 * 4 * h * h + 4 * h + h)
+    return Model(params, layers, h, SHAPE["sequence"], block="mlp", precision="fp32", optimizer="adam"), SHAPE["samples"]
+
+
+def cluster(lesson: Lesson, memory: float = 2**30) -> Cluster:
+    """This machine's ranks as a cluster: rates measured with every rank busy, the all-reduce fit as one link.
+
+    The link's latency and bandwidth are the ring's per-step figures that give the measured all-reduce times
+    (``cost.ring_from_fit``); ``memory`` (bytes per rank) only decides what "fits".
+    """
+    cal = lesson.report["calibrate"]
+    world = lesson.report["world_size"]
+    fit = fit_sweep(sweep_rows(cal["sweep"], world))
+    alpha, beta = ring_from_fit(fit, world)
+    return Cluster(world, memory, max(alpha, 1e-9), 1 / max(beta, 1e-15), cal["matmul_gflops"] * 1e9,
+                   cal["copy_gbs"] * 1e9)
+
+
+def validation_rows(lesson: Lesson) -> list[dict]:
+    """Each measured layout: predicted and measured step (ms) and bytes held (state + live activations, MiB)."""
+    model, batch = lesson_model()
+    machine = cluster(lesson)
+    rows = []
+    for measured in lesson.report["layouts"].values():
+        layout = Layout(*measured["layout"])
+        p: Prediction = predict(model, machine, batch, layout)
+        held = measured["state_bytes"] + measured["saved_bytes"]
+        rows.append({"layout": layout.name, "predicted ms": p.step * 1e3, "measured ms": measured["seconds"] * 1e3,
+                     "measured / predicted": measured["seconds"] / p.step, "predicted MiB": p.memory / 2**20,
+                     "measured MiB": held / 2**20, "memory measured / predicted": held / p.memory,
+                     "compute ms": p.compute * 1e3, "comm ms": p.communication * 1e3, "bubble ms": p.bubble * 1e3})
+    return rows

@@ -1,0 +1,210 @@
+"""Notebook 13's launch: pipeline schedules and a 2-D mesh equal one process (with controls that differ), the
+activations in flight, the traces, fewer micro-batches than stages, the layouts against gpulab.plan, no orphans.
+Also the pieces that need no launch: live activation bytes, the ideal timelines, the exercise and its questions."""
+
+from __future__ import annotations
+
+import warnings
+
+import psutil
+import pytest
+import torch
+
+from gpulab.distributed import pipelines
+from gpulab.distributed.pipelines_probe import SHAPE, SavedBytes, batch, blocks, mse
+from gpulab.exercises.pipelines import QUESTIONS_13, check_in_flight
+from gpulab.figures import has_title
+from gpulab.figures import pipelines as pictures
+
+LAYERS = SHAPE["layers"]
+
+
+@pytest.fixture(scope="module")
+def launched():
+    """One launch of every part (fewer repeats than the notebook), and the processes it left behind."""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        lesson = pipelines.run_lesson(timeout=300, repeats=2, steps=1)
+    after = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()]
+    return lesson, after
+
+
+@pytest.fixture(scope="module")
+def lesson(launched):
+    return launched[0]
+
+
+@pytest.mark.slow
+def test_the_launch_leaves_nothing_behind(launched):
+    assert launched[1] == []
+
+
+@pytest.mark.slow
+def test_every_schedule_equals_one_process_and_the_control_differs(lesson):
+    rows = pipelines.grad_rows(lesson)
+    runs, control = rows[:-1], rows[-1]
+    assert len(runs) == 7 + 4  # GPipe at 4 counts, 1F1B at 3, four looped schedules
+    assert all(r["max |difference|"] <= 1e-6 for r in runs), runs
+    assert control["run"].startswith("control") and control["max |difference|"] > 1e-4
+
+
+@pytest.mark.slow
+def test_activations_in_flight_gpipe_all_1f1b_at_most_the_stages(lesson):
+    for row in pipelines.in_flight_rows(lesson):
+        m, rank = row["micro-batches"], row["rank"]
+        want = m if row["schedule"] == "GPipe" else min(m, 2 - rank)
+        assert row["micro-batches in flight"] == pytest.approx(want, abs=1e-9), row
+    gpipe = {r["micro_batches"]: r["peak_saved"] for r in lesson.report["schedules"]["runs"] if r["schedule"] == "GPipe"}
+    assert len({tuple(v) for v in gpipe.values()}) == 1  # GPipe keeps the whole batch, whatever the count
+
+
+@pytest.mark.slow
+def test_traces_show_each_schedules_order(lesson):
+    gpipe, one = pipelines.timeline(lesson, "GPipe"), pipelines.timeline(lesson, "1F1B")
+    assert [pipelines.order(r) for r in gpipe] == ["F0 F1 F2 F3 B0 B1 B2 B3"] * 2
+    assert [pipelines.order(r) for r in one] == ["F0 F1 B0 F2 B1 F3 B2 B3", "F0 B0 F1 B1 F2 B2 F3 B3"]
+    looped = pipelines.timeline(lesson, "Interleaved1F1B")
+    assert [sorted({b["stage"] for b in r}) for r in looped] == [[0, 2], [1, 3]]
+    for rank in gpipe + one + looped:
+        assert all(b["end_ms"] >= b["start_ms"] >= 0 for b in rank)
+    with pytest.raises(ValueError, match="no trace"):
+        pipelines.timeline(lesson, "ScheduleNone")
+
+
+@pytest.mark.slow
+def test_bubbles_are_shares_and_the_formula_is_a_floor_for_one_micro_batch(lesson):
+    rows = pipelines.bubble_rows(lesson)
+    assert {(r["schedule"], r["micro-batches"]) for r in rows} == {
+        ("GPipe", 1), ("GPipe", 2), ("GPipe", 4), ("GPipe", 8), ("1F1B", 2), ("1F1B", 4), ("1F1B", 8)}
+    assert all(0 <= r["measured (smallest)"] <= r["measured (median)"] < 1 for r in rows)
+    assert all(r["formula"] == pipelines.bubble_formula(2, r["micro-batches"]) for r in rows)
+
+
+@pytest.mark.slow
+def test_fewer_micro_batches_than_stages(lesson):
+    said = lesson.report["schedules"]["refused"]
+    assert said.startswith("ValueError:") and "greater than or equal to the number of stages (2)" in said
+
+
+@pytest.mark.slow
+def test_the_2d_mesh_equals_one_process_and_its_collectives_run_where_expected(lesson):
+    mesh = lesson.report["mesh"]
+    assert mesh["grad_error"] <= 1e-6 and mesh["control"]["grad_error"] > 1e-4
+    assert [r["groups"] for r in mesh["per_rank"]] == [
+        {"dp": [0, 2], "tp": [0, 1]}, {"dp": [1, 3], "tp": [0, 1]}, {"dp": [0, 2], "tp": [2, 3]},
+        {"dp": [1, 3], "tp": [2, 3]}]
+    assert all(pipelines.mesh_checks(lesson).values())
+    calls = {r["collective"]: r["calls"] for r in pipelines.mesh_rows(lesson)}
+    # FSDP gathers each block before its forward and again before its backward; TP's last all-reduce is missing
+    # in backward because the first block's input needs no gradient
+    assert calls == {"all-gather": 2 * LAYERS, "reduce-scatter": LAYERS, "all-reduce": 2 * LAYERS - 1}
+
+
+@pytest.mark.slow
+def test_layouts_measured_against_the_plan(lesson):
+    rows = pipelines.validation_rows(lesson)
+    assert len(rows) == 5
+    assert all(abs(r["memory measured / predicted"] - 1) < 0.1 for r in rows), rows
+    assert all(r["measured ms"] > 0 and r["predicted ms"] > 0 for r in rows)
+    machine = pipelines.cluster(lesson)
+    assert machine.gpus == 4 and machine.peak_flops > 1e8 and machine.bandwidth > 0
+
+
+@pytest.mark.slow
+def test_run_data_figures_have_titles(lesson):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    traced = {name: pipelines.timeline(lesson, name) for name in ("GPipe", "1F1B", "Interleaved1F1B")}
+    for fig in (pictures.timelines(traced), pictures.bubble_plot(pipelines.bubble_rows(lesson)),
+                pictures.in_flight_plot(pipelines.in_flight_rows(lesson)),
+                pictures.prediction_plot(pipelines.validation_rows(lesson))):
+        assert has_title(fig)
+
+
+def test_bad_input_is_one_line():
+    with pytest.raises(ValueError, match="parts"):
+        pipelines.run_lesson(parts=("nope",))
+    with pytest.raises(ValueError, match="stages"):
+        pipelines.bubble_formula(0, 4)
+
+
+def test_saved_bytes_counts_live_activations_once_and_frees_them():
+    model = blocks(layers=2, hidden=8)
+    x, y = batch(samples=4, sequence=2, hidden=8)
+    tracker = SavedBytes()
+    with tracker.watch(model):
+        loss = mse(model(x), y)
+    rows, h = len(x), 8
+    # per block: the Linear's input (h) and the ReLU's output (4h, saved once though the next Linear saves it too);
+    # the loss saves output - target (h)
+    assert tracker.now == tracker.peak == 4 * rows * (2 * (h + 4 * h) + h)
+    loss.backward()
+    assert tracker.now == 0
+    with tracker.watch(model):
+        mse(model(x[:2]), y[:2]).backward()
+    assert tracker.peak == 4 * rows * (2 * (h + 4 * h) + h)  # reset_peak() was not called: the peak stays
+
+
+@pytest.mark.parametrize("p, m", [(2, 1), (2, 8), (4, 4), (4, 6), (8, 16)])
+def test_ideal_timelines_have_the_formulas_bubble_and_torchs_warm_up(p, m):
+    for schedule in ("GPipe", "1F1B"):
+        if schedule == "1F1B" and m < p:
+            continue
+        timeline = pictures.ideal_timeline(schedule, p, m)
+        end = max(b["end_ms"] for rank in timeline for b in rank)
+        work = sum(b["end_ms"] - b["start_ms"] for rank in timeline for b in rank)
+        assert 1 - work / (p * end) == pytest.approx(pipelines.bubble_formula(p, m))
+        for stage, boxes in enumerate(timeline):
+            alive = peak = 0
+            for b in boxes:
+                alive += 1 if b["kind"] == "F" else -1
+                peak = max(peak, alive)
+            assert peak == (m if schedule == "GPipe" else min(m, p - stage))
+    with pytest.raises(ValueError):
+        pictures.ideal_timeline("Zero", 2, 2)
+
+
+def _right(schedule, stages, micro_batches, stage):
+    return micro_batches if schedule == "GPipe" else min(micro_batches, stages - stage)
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (lambda s, p, m, st: m, "GPipe's"),
+    (lambda s, p, m, st: m if s == "GPipe" else p, "same on every stage"),
+    (lambda s, p, m, st: m if s == "GPipe" else st + 1, "grow along the pipeline"),
+    (lambda s, p, m, st: m if s == "GPipe" else p - st - 1, "draw the 1F1B timeline"),
+    (lambda s, p, m, st: 1 if s == "GPipe" else min(m, p - st), "every forward before the first backward"),
+    (lambda s, p, m, st: None, "whole number"),
+    (lambda s, p, m, st: 1 / 0, "ZeroDivisionError"),
+    ("in_flight", "pass your function"),
+])
+def test_check_in_flight_names_each_mistake_without_the_answer(fn, hint):
+    verdict = check_in_flight(fn)
+    assert not verdict.ok and hint in verdict.message, verdict.message
+    assert "min(" not in verdict.message and "p - stage" not in verdict.message
+
+
+def test_check_in_flight_accepts_the_rule():
+    assert check_in_flight(_right).ok
+    assert check_in_flight(lambda s, p, m, st: float(_right(s, p, m, st))).ok
+
+
+@pytest.mark.parametrize("answer, ok, hint", [
+    ("0.2", True, ""), ("1/5", True, ""), ("20%", True, ""), (0.2, True, ""), (20, True, ""),
+    (0.25, False, "over the compute"), (4 / 16, False, "over the compute"), (3 / 16, False, "slots again"),
+    ("half", False, "a number"), (0.5, False, "formula"),
+])
+def test_question_1_the_bubble_share(answer, ok, hint):
+    verdict = QUESTIONS_13[0].check(answer)
+    assert verdict.ok == ok and hint in verdict.message, verdict.message
+
+
+def test_questions_13_choices():
+    assert len(QUESTIONS_13) == 3
+    assert QUESTIONS_13[1].check("a").ok and not QUESTIONS_13[1].check("b").ok
+    assert QUESTIONS_13[2].check("b").ok and not QUESTIONS_13[2].check("c").ok
+    for q in QUESTIONS_13[1:]:
+        whys = [o.why for o in q.options]
+        assert len(set(whys)) == len(whys)
