@@ -84,7 +84,7 @@ def read_header(path: Path) -> Header:
 
 # The course's two parts, by notebook number: (first number, heading). A part with no notebook is left out.
 PARTS = (("01", "**Part 1 · The course:** the article's topics, rebuilt and measured."),
-         ("08", "**Part 2 · Going further:** sharding, collectives, debugging and profiling, all real on CPU ranks."))
+         ("08", "**Part 2 · Going further:** sharding, collectives, debugging, profiling, tensor and pipeline parallelism and choosing a layout, all real on CPU ranks."))
 
 
 def part_of(number: str) -> int:

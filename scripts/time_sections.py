@@ -32,12 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- timings:start -->", "<!-- timings:end -->"
 READ_WPM, CODE_WPM = 150, 75
 EXERCISE_MIN, QUIZ_MIN = 5, 2
-BREAK_MIN = {"core": 10, "full": 20, "further": 20}  # one 10-minute break in 2 hours, two in a half day
+BREAK_MIN = {"core": 10, "full": 20, "further": 50}  # 10 minutes: one in 2 hours, two in half a day, five in a day
 INTRO_MIN = {"core": 10, "full": 10, "further": 10}  # welcome, the day's goals, every laptop opens notebook 01
-TARGET_MIN = {"core": 120, "full": 240, "further": 240}  # what is left is slack: questions, set-up trouble
+TARGET_MIN = {"core": 120, "full": 240, "further": 480}  # what is left is slack: questions, set-up trouble
 PLAN_NAMES = {"core": "Core plan", "full": "Full plan", "further": "Going further"}
 # The notebooks (first, last) a plan covers; a plan not named here covers every notebook.
-SCOPE = {"core": ("01", "07"), "full": ("01", "07"), "further": ("08", "11")}
+SCOPE = {"core": ("01", "07"), "full": ("01", "07"), "further": ("08", "13")}
 UNMEASURED = "Not measured yet: run `make timings` on an idle machine."
 AFTER, DEMO, OUT = "after class", "demo", "-"
 # The 2-hour core plan is the path from one GPU to many (01-05); 06 and 07 follow after class or in a second

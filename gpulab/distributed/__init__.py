@@ -7,7 +7,9 @@ article's recipe; ``checkpoint``: its epoch checkpoints), ``fsdp`` / ``fsdp_work
 ``fsdp_probe``: one step's memory measured), ``collectives`` / ``collectives_worker`` (what each collective
 does and costs; ``ddp_profile``: DDP's all-reduces under the profiler; ``cost``: busbw, the alpha + beta fit,
 DDP's buckets), ``failures`` / ``failures_worker`` (notebook 10's failures on purpose; ``failures_ddp``: its
-DDP cases) and ``crossover`` / ``crossover_worker`` (where more DDP ranks stop helping).
+DDP cases), ``crossover`` / ``crossover_worker`` (where more DDP ranks stop helping), ``tensor_parallel`` /
+``tensor_parallel_worker`` (notebook 12; ``tp_parts``, ``tp_traffic``: its parts) and ``pipelines`` /
+``pipelines_worker`` (notebook 13; ``pipelines_probe``, ``pipelines_schedules``, ``pipelines_mesh``: its parts).
 
 The launcher's parts: ``torchrun_command`` and ``torchrun`` (building and running the command, with a time
 limit), ``launch_result`` (results and errors), ``processes`` (the process tree, stopping it, reading its

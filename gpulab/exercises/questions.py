@@ -7,8 +7,8 @@ shapes, DataParallel's split from ``gpulab.parallel``, the sampler's padding fro
 
 from __future__ import annotations
 
-from gpulab.exercises import (Question, boston, collectives, data_parallel, ddp, devices, failures, precision, roofline,
-                              sharding, single_device)
+from gpulab.exercises import (Question, boston, collectives, data_parallel, ddp, devices, failures, pipelines,
+                              precision, roofline, sharding, single_device, tensor_parallel)
 
 QUESTIONS: dict[str, tuple[Question, ...]] = {
     "01": devices.QUESTIONS_01,
@@ -22,4 +22,6 @@ QUESTIONS: dict[str, tuple[Question, ...]] = {
     "09": collectives.QUESTIONS_09,
     "10": failures.QUESTIONS_10,
     "11": roofline.QUESTIONS_11,
+    "12": tensor_parallel.QUESTIONS_12,
+    "13": pipelines.QUESTIONS_13,
 }

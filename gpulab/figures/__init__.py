@@ -8,8 +8,8 @@ Two kinds, one style:
 - **figures from a run's data** (the real split sizes, every rank's tensors, a trace): functions the
   notebooks call with what they measured, so the picture cannot disagree with the text.
 
-Each topic module (``hardware``, ``transfers``, ``data_parallel``, ``ddp``, ``memory``, ``collectives``,
-``failures``, ``profiling``) draws with the helpers below: :func:`canvas`, :func:`box`, :func:`arrow`,
+Each topic module (``hardware``, ``transfers``, ``data_parallel``, ``ddp``, ``boston``, ``memory``, ``sharding``,
+``collectives``, ``failures``, ``profiling``, ``tensor_parallel``, ``pipelines``) draws with the helpers below: :func:`canvas`, :func:`box`, :func:`arrow`,
 :func:`label`. Every figure has a title, and labelled axes or labelled parts.
 """
 
