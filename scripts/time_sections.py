@@ -48,11 +48,11 @@ AFTER, DEMO, OUT = "after class", "demo", "-"
 QUIZ = "Check yourself"
 PLAN: dict[str, dict[str, dict[str, str]]] = {
     "core": {
-        "01": {"Explore": AFTER, QUIZ: AFTER},
-        "02": {"Other accelerators": AFTER, "Hiding GPUs": AFTER, "The whole report": AFTER, "Exercise": AFTER,
-               QUIZ: AFTER},
+        "01": {"The article this course examines": AFTER, "Reason 3": AFTER, "Explore": AFTER, QUIZ: AFTER},
+        "02": {"`nvidia-smi`": AFTER, "Other accelerators": AFTER, "Hiding GPUs": AFTER, "The whole report": AFTER,
+               "Exercise": AFTER, QUIZ: AFTER},
         "03": {"2. Timing done right": DEMO, "3. Host-to-device": AFTER, "4. Small data": DEMO, QUIZ: AFTER},
-        "04": {"3. The real thing": AFTER, "4. Saving and loading": DEMO, QUIZ: AFTER},
+        "04": {"1. The article's code": AFTER, "3. The real thing": AFTER, "4. Saving and loading": AFTER, QUIZ: AFTER},
         "05": {"1. Why DDP needs a script": DEMO, "3. The article's code": AFTER, "4. Launching": DEMO,
                "6. The same weights": DEMO, "7. Try it": AFTER, "8. Is it faster": AFTER, "9. Surviving a crash": DEMO,
                "10. Several machines": AFTER, "11. Exercise": AFTER, QUIZ: AFTER},
@@ -63,8 +63,9 @@ PLAN: dict[str, dict[str, dict[str, str]]] = {
         "01": {"Explore": AFTER},
         "02": {"Other accelerators": AFTER, "Hiding GPUs": AFTER},
         "04": {"3. The real thing": AFTER},
-        "05": {"4. Launching": DEMO, "7. Try it": AFTER, "8. Is it faster": AFTER, "9. Surviving a crash": DEMO,
-               "10. Several machines": AFTER},
+        "05": {"3. The article's code": AFTER, "4. Launching": DEMO, "7. Try it": AFTER, "8. Is it faster": AFTER,
+               "9. Surviving a crash": DEMO, "10. Several machines": AFTER},
+        "06": {"4. Is the model any good": AFTER, "5. Repeated evaluation": AFTER},
         "07": {"2. \"Don't use several GPUs": AFTER, "Where to go next": AFTER},
     },
     "further": {},

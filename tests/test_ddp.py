@@ -73,7 +73,7 @@ def test_worker_refuses_to_run_outside_torchrun(monkeypatch, capsys):
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:3 ranks on:UserWarning")
-@pytest.mark.parametrize("nproc", [1, 3])  # 2 ranks: tests/test_cli_ddp.py, in the launch it makes anyway
+@pytest.mark.parametrize("nproc", [3])  # 1 rank: tests/test_crossover.py; 2 ranks: tests/test_cli_ddp.py (launches made anyway)
 def test_ddp_equals_single_process(nproc, reference):
     result = train_ddp(nproc, Recipe(epochs=EPOCHS), timeout=120, echo=False)
     assert result.world_size == nproc and result.backend == "gloo"

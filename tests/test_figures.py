@@ -53,8 +53,12 @@ def test_a_figure_needs_a_title():
 
 @pytest.mark.parametrize("name", sorted(STATIC))
 def test_every_schematic_has_a_title_and_is_shown(name):
+    import matplotlib.pyplot as plt
+
     fig = STATIC[name]()
-    assert has_title(fig), name
+    titled = has_title(fig)
+    plt.close(fig)
+    assert titled, name
     assert any(target.endswith(f"figures/{name}.svg") for _, _, _, target in _embedded()), \
         f"no notebook embeds figures/{name}.svg"
 

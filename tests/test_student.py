@@ -210,7 +210,7 @@ def test_never_replaces_a_folder_it_did_not_build(tagged, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["03_single_device.ipynb", "04_data_parallel.ipynb"])
+@pytest.mark.parametrize("name", ["02_detecting_devices.ipynb", "04_data_parallel.ipynb"])
 def test_student_edition_runs_and_checks_say_not_yet(built, name):
     nb, problem = student.run_notebook(built / name, timeout=120)
     assert problem == ""
@@ -264,8 +264,9 @@ def test_laptop_edition_holds_what_a_learner_needs_and_installs_its_wheel(tagged
     out = tmp_path / "student"
     student.build(tagged, out, extra)
     names = {p.name for p in out.iterdir()}
-    assert names - {"scripts"} == {".student-edition", "README.md", "notebooks", "course.py", "constraints.txt",
-                                   "TROUBLESHOOTING.md", "LICENSE", wheel.name}  # scripts/: files notebooks cite
+    assert names - {"scripts", "GLOSSARY.md"} == {".student-edition", "README.md", "notebooks", "course.py",
+                                                  "constraints.txt", "TROUBLESHOOTING.md", "LICENSE", wheel.name}
+    assert "GLOSSARY.md" in names  # files the notebooks link: scripts/ they cite, the glossary
     readme = (out / "README.md").read_text(encoding="utf-8")
     assert "python course.py lab" in readme and "py course.py lab" in readme and "TROUBLESHOOTING.md" in readme
     done = subprocess.run([sys.executable, str(out / "course.py"), "lab", "--dry-run"], cwd=tmp_path,
