@@ -187,10 +187,11 @@ def plan(command: str, *, python: str | None = None, jobs: int = DEFAULT_JOBS, p
     steps: dict[str, Callable[[], list[Step]]] = {
         "install": lambda: [],
         "lab": lambda: [Step([py, "-m", "jupyter", "lab", "--ServerApp.root_dir=.", FIRST_NOTEBOOK, *extra], NO_MPL)],
-        "test": lambda: [Step(pytest + ["--ignore=tests/browser", "--durations=15", "tests", "notebooks", *NBVAL,
+        "test": lambda: [Step(pytest + ["--ignore=tests/browser", "--ignore=notebooks/zh", "--durations=15", "tests",
+                                        "notebooks", *NBVAL,
                                         *extra], NO_MPL), report],
         "test-unit": lambda: [Step(pytest + ["--ignore=tests/browser", "tests", *extra])],
-        "test-notebooks": lambda: [Step(pytest + ["notebooks", *NBVAL, *extra], NO_MPL)],
+        "test-notebooks": lambda: [Step(pytest + ["--ignore=notebooks/zh", "notebooks", *NBVAL, *extra], NO_MPL)],
         "test-browser": lambda: [Step(["bash", "scripts/browser_setup.sh"]),
                                  Step([py, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-s", "tests/browser"],
                                       set_env={"GPULAB_REQUIRE_BROWSER": "1"})],

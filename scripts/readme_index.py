@@ -4,6 +4,9 @@
     python scripts/readme_index.py --check    # exit 1 if README.md is stale (CI, hygiene tests)
     python scripts/readme_index.py --nav      # also rewrite the navigation line in each notebook's last cell
 
+The Chinese edition's index in README.zh-CN.md is generated the same way from notebooks/zh/*.ipynb, whose
+title cells read ``# NN · 标题`` / ``**你将学到：**…`` / ``**运行时间：**在 CPU 笔记本上约 N 秒……``.
+
 Every notebook's first cell is markdown of this shape (one line each):
 
     # NN · Title
@@ -59,6 +62,22 @@ def source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else str(src)
 
 
+LEARN_ZH_RE = re.compile(r"^\*\*你将学到：\*\*\s*(\S.*?)\s*$")
+RUNS_ZH_RE = re.compile(r"^\*\*运行时间：\*\*\s*在 CPU 笔记本上(约[^，。]*)")
+
+
+def parse_header_zh(filename: str, cell: dict) -> Header:
+    """Parse a zh title cell; ValueError naming the file and the expected shape when it does not match."""
+    lines = [ln for ln in source(cell).splitlines() if ln.strip()]
+    shape = "'# NN · 标题' / '**你将学到：**……' / '**运行时间：**在 CPU 笔记本上约 N 秒……'"
+    if cell.get("cell_type") != "markdown" or len(lines) < 3:
+        raise ValueError(f"zh/{filename}: first cell must be markdown with three lines {shape}")
+    title, learn, runs = TITLE_RE.match(lines[0]), LEARN_ZH_RE.match(lines[1]), RUNS_ZH_RE.match(lines[2])
+    if not (title and learn and runs):
+        raise ValueError(f"zh/{filename}: first cell {lines[:3]!r} does not match {shape}")
+    return Header(filename, title.group(1), title.group(2), learn.group(1), runs.group(1).strip())
+
+
 def parse_header(filename: str, cell: dict) -> Header:
     """Parse a title cell; ValueError naming the file and the expected shape when it does not match."""
     lines = [ln for ln in source(cell).splitlines() if ln.strip()]
@@ -87,25 +106,31 @@ PARTS = (("01", "**Part 1 · The course:** the article's topics, rebuilt and mea
          ("08", "**Part 2 · Going further:** sharding, collectives, debugging, profiling, tensor and pipeline parallelism and choosing a layout, all real on CPU ranks."))
 
 
+PARTS_ZH = (("01", "**第一部分 · 课程：**原文的各个主题，逐一重建并实测。"),
+            ("08", "**第二部分 · 进阶：**分片、集合通信、调试、性能分析、张量并行与流水线并行，以及如何选择并行布局，全部在 CPU 进程上真实运行。"))
+HEAD_EN = "| # | Notebook | What you will learn | CPU run time |"
+HEAD_ZH = "| # | 笔记本 | 你将学到 | CPU 运行时间 |"
+
+
 def part_of(number: str) -> int:
     """Index in ``PARTS`` of the part that notebook ``number`` belongs to."""
     return max((i for i, (first, _) in enumerate(PARTS) if number >= first), default=0)
 
 
-def index_table(headers: list[Header], link_dir: str = "notebooks") -> str:
+def index_table(headers: list[Header], link_dir: str = "notebooks", zh: bool = False) -> str:
     """The README's index: one markdown table per part (a short line when there are no notebooks)."""
     if not headers:
-        return "_No notebooks yet._"
+        return "_暂无笔记本。_" if zh else "_No notebooks yet._"
 
     def esc(text: str) -> str:
         return text.replace("|", r"\|")
 
     blocks = []
-    for i, (_, heading) in enumerate(PARTS):
+    for i, (_, heading) in enumerate(PARTS_ZH if zh else PARTS):
         part = [h for h in headers if part_of(h.number) == i]
         if not part:
             continue
-        rows = [heading, "", "| # | Notebook | What you will learn | CPU run time |", "|---|---|---|---|"]
+        rows = [heading, "", HEAD_ZH if zh else HEAD_EN, "|---|---|---|---|"]
         for h in part:
             link = f"[{esc(h.title)}]({link_dir}/{h.filename})"
             rows.append(f"| {h.number} | {link} | {esc(h.learn)} | {esc(h.cpu_time)} |")
@@ -178,6 +203,16 @@ def fix_nav(paths: list[Path], headers: list[Header]) -> list[str]:
     return changed
 
 
+def zh_readme(root: Path) -> tuple[Path, str, str] | None:
+    """(README.zh-CN.md, its text, the text it should have), or None when there is no Chinese README."""
+    path = root / "README.zh-CN.md"
+    if not path.is_file():
+        return None
+    headers = [parse_header_zh(p.name, load_cells(p)[0]) for p in notebook_paths(root / "notebooks" / "zh")]
+    text = path.read_text(encoding="utf-8")
+    return path, text, render_readme(text, index_table(headers, "notebooks/zh", zh=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale; write nothing")
@@ -190,18 +225,23 @@ def main(argv: list[str] | None = None) -> int:
         headers = [read_header(p) for p in paths]
         readme = readme_path.read_text(encoding="utf-8")
         wanted = render_readme(readme, index_table(headers))
+        zh = zh_readme(args.root)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.check:
-        if wanted != readme:
-            print("README.md notebook index is stale: run `python scripts/readme_index.py`", file=sys.stderr)
+        if wanted != readme or (zh is not None and zh[1] != zh[2]):
+            stale = "README.md" if wanted != readme else "README.zh-CN.md"
+            print(f"{stale} notebook index is stale: run `python scripts/readme_index.py`", file=sys.stderr)
             return 1
         print(f"README.md index is up to date ({len(headers)} notebooks)")
         return 0
     if wanted != readme:
         write_atomic(readme_path, wanted)
         print(f"README.md index rewritten ({len(headers)} notebooks)")
+    if zh is not None and zh[1] != zh[2]:
+        write_atomic(zh[0], zh[2])
+        print("README.zh-CN.md index rewritten")
     if args.nav:
         try:
             for name in fix_nav(paths, headers):

@@ -143,18 +143,11 @@ def dumps(nb: dict) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def build_into(src: Path, dest: Path, handout: tuple[Path, ...] = ()) -> list[Path]:
-    """Write the student edition of every notebook in ``src`` to ``dest/<src name>/``; return the files.
-
-    ``handout`` files are copied into ``dest`` itself, beside the notebooks' folder, with README.md.
-    """
-    notebooks = sorted(src.glob("*.ipynb"))
-    if not notebooks:
-        raise BuildError(f"no notebooks in {src}")
-    folder = dest / src.name
+def _notebooks_into(src: Path, folder: Path, root: Path) -> tuple[list[Path], dict[Path, Path]]:
+    """Student copies of ``src/*.ipynb`` in ``folder``; ``{target: origin}`` of every file they refer to."""
     folder.mkdir(parents=True)
-    written, extra = [], []
-    for path in notebooks:
+    written, files = [], {}
+    for path in sorted(src.glob("*.ipynb")):
         nb = json.loads(path.read_text(encoding="utf-8"))
         nb["cells"] = student_cells(path.name, nb.get("cells", []))
         target = folder / path.name
@@ -162,16 +155,32 @@ def build_into(src: Path, dest: Path, handout: tuple[Path, ...] = ()) -> list[Pa
         written.append(target)
         for ref in referenced_files(nb["cells"]):
             origin = (src / ref).resolve()
-            if not origin.is_relative_to(src.parent.resolve()):
+            if not origin.is_relative_to(root.resolve()):
                 raise BuildError(f"{path.name}: {ref} points outside the repository")
             if not origin.is_file():
                 raise BuildError(f"{path.name}: {ref} is not a file (links must point to files that exist)")
-            if ref not in extra:
-                extra.append(ref)
-    for ref in sorted(extra):
-        target = (folder / ref).resolve()
+            files.setdefault((folder / ref).resolve(), origin)
+    return written, files
+
+
+def build_into(src: Path, dest: Path, handout: tuple[Path, ...] = ()) -> list[Path]:
+    """Write the student edition of every notebook in ``src`` to ``dest/<src name>/``; return the files.
+
+    The Chinese edition in ``src/zh/`` (when there is one) goes to ``dest/<src name>/zh/`` the same way.
+    ``handout`` files are copied into ``dest`` itself, beside the notebooks' folder, with README.md.
+    """
+    if not sorted(src.glob("*.ipynb")):
+        raise BuildError(f"no notebooks in {src}")
+    folder = dest / src.name
+    written, files = _notebooks_into(src, folder, src.parent)
+    if sorted((src / "zh").glob("*.ipynb")):
+        zh_written, zh_files = _notebooks_into(src / "zh", folder / "zh", src.parent)
+        written += zh_written
+        for target, origin in zh_files.items():
+            files.setdefault(target, origin)
+    for target, origin in sorted(files.items()):
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src / ref, target)
+        shutil.copyfile(origin, target)
         written.append(target)
     for path in handout:
         if not Path(path).is_file():
@@ -278,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     folder = args.out.resolve() / args.src.resolve().name
-    print(f"student edition: {sum(p.suffix == '.ipynb' for p in written)} notebooks in {folder}")
+    print(f"student edition: {sum(p.suffix == '.ipynb' for p in written)} notebooks in {folder} (zh/ included)")
     if not args.check:
         return 0
     failed = 0

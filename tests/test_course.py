@@ -26,7 +26,7 @@ spec.loader.exec_module(course)
 
 # What `make test` runs on Linux and macOS: README.md shows the same lines.
 TEST_COMMANDS = [
-    "env -u MPLBACKEND .venv/bin/python -m pytest -n 2 --dist loadfile --ignore=tests/browser --durations=15 "
+    "env -u MPLBACKEND .venv/bin/python -m pytest -n 2 --dist loadfile --ignore=tests/browser --ignore=notebooks/zh --durations=15 "
     "tests notebooks --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg "
     "--nbval-cell-timeout=120",
     ".venv/bin/python scripts/nbreport.py notebooks",

@@ -48,6 +48,7 @@ class CellExpectation:
     raises: bool = False  # tagged raises-exception: must show an error, may show one
     widget: bool = False  # the committed run displayed a widget here
     image: bool = False  # the committed run displayed a figure here
+    embeds: int = 0  # a markdown cell: the images it embeds (the course's schematics)
 
 
 @dataclass
@@ -69,6 +70,8 @@ def read_expectations(path: Path) -> NotebookExpectations:
     expected = NotebookExpectations(path.name)
     for index, cell in enumerate(notebook.cells):
         item = CellExpectation(index, cell.cell_type)
+        if cell.cell_type == "markdown":
+            item.embeds = len(re.findall(r"!\[[^\]]*\]\([^)\s]+\)", cell.source))
         if cell.cell_type == "code":
             item.runs = bool(cell.source.strip())
             item.raises = "raises-exception" in cell.metadata.get("tags", [])
@@ -95,6 +98,9 @@ def find_problems(expected: NotebookExpectations, cells: list[dict]) -> list[str
         where = f"{name} cell {want.index}"
         outputs = seen.get("outputs", [])
         total_images += sum(out.get("images", 0) for out in outputs)
+        if want.cell_type == "markdown" and seen.get("markdown_images", want.embeds) < want.embeds:
+            problems.append(f"{where}: embeds {want.embeds} picture(s), JupyterLab shows "
+                            f"{seen.get('markdown_images', 0)} loaded")
         if want.cell_type != "code":
             continue
         prompt = seen.get("prompt", "")

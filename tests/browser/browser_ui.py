@@ -37,10 +37,12 @@ _READ_CELLS_JS = """
       : cell.classList.contains('jp-MarkdownCell') ? 'markdown' : 'raw';
     const prompt = cell.querySelector('.jp-InputArea .jp-InputPrompt');
     const outputs = [...cell.querySelectorAll('.jp-Cell-outputArea > .jp-OutputArea-child > .jp-OutputArea-output')];
+    const mdImages = [...cell.querySelectorAll('.jp-RenderedMarkdown img')];
     return {
       index: Number(cell.getAttribute('data-windowed-list-index')),
       type,
       prompt: prompt ? prompt.textContent.trim() : '',
+      markdown_images: mdImages.filter((img) => img.complete && img.naturalWidth > 0).length,
       outputs: outputs.map((out) => {
         const text = out.textContent || '';
         const imgs = [...out.querySelectorAll('.jp-RenderedImage img')];

@@ -173,3 +173,15 @@ def test_the_real_ui_reports_a_broken_notebook(lab, page):
                for p in problems), problems
     assert "zz_broken.ipynb cell 3: did not run (prompt '[ ]:')" in problems, problems
     assert "zz_broken.ipynb cell 3: expected a figure rendered as an image, found none" in problems, problems
+
+
+def test_a_picture_the_markdown_embeds_must_load(tmp_path):
+    path = write_notebook(tmp_path / "98_pics.ipynb", [
+        nbformat.v4.new_markdown_cell("# 98 · Pictures\n![two ranks swap their halves](figures/x.svg)"),
+    ])
+    want = read_expectations(path)
+    assert want.cells[0].embeds == 1
+    shown = [dict(dom_cell(0, prompt="", kind="markdown"), markdown_images=1)]
+    assert find_problems(want, shown) == []
+    shown[0]["markdown_images"] = 0  # the file is missing, or JupyterLab could not load it
+    assert find_problems(want, shown) == ["98_pics.ipynb cell 0: embeds 1 picture(s), JupyterLab shows 0 loaded"]

@@ -14,11 +14,13 @@ from browser_checks import find_problems, is_error_output, read_expectations
 from browser_ui import expand_all_code, open_notebook, read_cells, run_all_cells, save_screenshot
 
 NOTEBOOKS = sorted(p.name for p in (Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# One notebook of the Chinese edition (built from the English one, outputs included): it renders and runs too.
+ZH_NOTEBOOK = "zh/04_data_parallel.ipynb"
 # Each notebook runs in well under a minute on a 2-core CPU; the margin covers a busy machine.
 NOTEBOOK_TIMEOUT = float(os.environ.get("GPULAB_BROWSER_NB_TIMEOUT", "180"))
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.parametrize("name", [*NOTEBOOKS, ZH_NOTEBOOK])
 def test_notebook_runs_cleanly_in_jupyterlab(name, lab, page, screenshot_dir):
     start = time.monotonic()
     expected = read_expectations(lab.root / "notebooks" / name)
@@ -26,7 +28,7 @@ def test_notebook_runs_cleanly_in_jupyterlab(name, lab, page, screenshot_dir):
     try:
         seconds = run_all_cells(page, NOTEBOOK_TIMEOUT)
     finally:  # the screenshot shows what a learner sees, solutions still collapsed
-        save_screenshot(page, screenshot_dir / (Path(name).stem + ".png"))
+        save_screenshot(page, screenshot_dir / (name.replace("/", "-").removesuffix(".ipynb") + ".png"))
     expand_all_code(page)
     cells = read_cells(page)
     outputs = [out for cell in cells for out in cell["outputs"]]
