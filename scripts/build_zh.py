@@ -29,6 +29,7 @@ CATALOG = ZH / "catalog"
 REBUILD = "python scripts/build_zh.py"
 LINK = re.compile(r"(\]\()([^)\s]+)(\))")
 NOTEBOOK_NAME = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb(#.*)?$")
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$", re.M)
 
 
 class OutOfStep(Exception):
@@ -52,14 +53,49 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
-def relink(markdown: str) -> str:
-    """Links written as from notebooks/, pointed at their target from notebooks/zh/."""
+def heading_anchor(heading: str) -> str:
+    """The id JupyterLab gives a heading: its rendered text with every space a hyphen."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link shows its text
+    return re.sub(r"[`*]", "", text).strip().replace(" ", "-")
+
+
+def anchor_map(notebook: Path, entries: dict) -> dict[str, str]:
+    """English heading anchor -> the zh one, for the headings each translated cell keeps in order."""
+    found: dict[str, str] = {}
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        entry = entries.get(cell["id"])
+        if cell["cell_type"] == "markdown" and entry:
+            en, zh = HEADING.findall(_source(cell)), HEADING.findall(entry["zh"])
+            if len(en) == len(zh):
+                found.update({heading_anchor(a): heading_anchor(b) for a, b in zip(en, zh)})
+    return found
+
+
+def relink(markdown: str, anchors: dict[str, dict[str, str]] | None = None, here: str = "") -> str:
+    """Links written as from notebooks/, pointed at their target from notebooks/zh/.
+
+    ``anchors`` (notebook name -> English anchor -> zh anchor) moves a link to a section onto the zh
+    heading's anchor, in this notebook (``here``) or another one.
+    """
+    anchors = anchors or {}
+
     def fix(m: re.Match) -> str:
         target = m.group(2)
-        if re.match(r"^[a-z]+:|^#", target) or NOTEBOOK_NAME.match(target):
-            return m.group(0)  # a web link, an anchor, or a notebook that has its zh twin beside it
+        if re.match(r"^[a-z]+:", target):
+            return m.group(0)  # a web link
+        page, _, anchor = target.partition("#")
+        if not page or NOTEBOOK_NAME.match(page):  # this notebook or another one: its zh twin is beside it
+            if anchor:
+                anchor = anchors.get(page or here, {}).get(anchor, anchor)
+                return f"{m.group(1)}{page}#{anchor}{m.group(3)}"
+            return m.group(0)
         return f"{m.group(1)}../{target}{m.group(3)}"
     return LINK.sub(fix, markdown)
+
+
+def all_anchors() -> dict[str, dict[str, str]]:
+    """English anchor -> zh anchor for every notebook that has a catalogue."""
+    return {nb.name: anchor_map(nb, load_catalog(nb)) for nb in english_notebooks() if catalog_path(nb).is_file()}
 
 
 def catalog_path(notebook: Path) -> Path:
@@ -85,10 +121,11 @@ def todo(notebook: Path) -> list[dict]:
     return out
 
 
-def build_notebook(notebook: Path) -> dict:
+def build_notebook(notebook: Path, anchors: dict[str, dict[str, str]] | None = None) -> dict:
     """The zh notebook for ``notebook``; OutOfStep naming the first cell without a current translation."""
     nb = json.loads(notebook.read_text(encoding="utf-8"))
     entries = load_catalog(notebook)
+    anchors = all_anchors() if anchors is None else anchors
     out = copy.deepcopy(nb)
     for cell in out["cells"]:
         if cell["cell_type"] != "markdown":
@@ -101,7 +138,7 @@ def build_notebook(notebook: Path) -> dict:
             raise OutOfStep(f"{notebook.name} cell {cell['id']}: the English cell changed since it was translated "
                             f"(catalogue hash {entry.get('en')}, now {cell_hash(src)}); update the translation in "
                             f"{catalog_path(notebook).name}, then run `{REBUILD}`")
-        cell["source"] = _lines(relink(entry["zh"]))
+        cell["source"] = _lines(relink(entry["zh"], anchors, notebook.name))
     stale = set(entries) - {c["id"] for c in nb["cells"] if c["cell_type"] == "markdown"}
     if stale:
         raise OutOfStep(f"{notebook.name}: the catalogue translates cells the notebook no longer has: "
@@ -121,11 +158,11 @@ def english_notebooks() -> list[Path]:
 
 def check() -> list[str]:
     """Every way the zh edition is out of step with the English notebooks, one line each."""
-    problems = []
+    problems, anchors = [], all_anchors()
     for notebook in english_notebooks():
         target = ZH / notebook.name
         try:
-            built = dumps(build_notebook(notebook))
+            built = dumps(build_notebook(notebook, anchors))
         except OutOfStep as exc:
             problems.append(str(exc))
             continue
@@ -155,10 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(problems) or "the zh edition is in step with the English notebooks")
         return 1 if problems else 0
     ZH.mkdir(exist_ok=True)
-    built = 0
+    built, anchors = 0, all_anchors()
     for notebook in english_notebooks():
         if catalog_path(notebook).is_file():
-            (ZH / notebook.name).write_text(dumps(build_notebook(notebook)), encoding="utf-8")
+            (ZH / notebook.name).write_text(dumps(build_notebook(notebook, anchors)), encoding="utf-8")
             built += 1
     print(f"{built} zh notebook(s) built in notebooks/zh/")
     return 0
