@@ -5,7 +5,8 @@
     python scripts/readme_index.py --nav      # also rewrite the navigation line in each notebook's last cell
 
 The Chinese edition's index in README.zh-CN.md is generated the same way from notebooks/zh/*.ipynb, whose
-title cells read ``# NN · 标题`` / ``**你将学到：**…`` / ``**运行时间：**在 CPU 笔记本上约 N 秒……``.
+title cells read ``# NN · 标题`` / ``**你将学到**：…`` / ``**运行时间**：在 CPU 笔记本上约 N 秒……`` (the colon
+outside the bold: a bold span that ends in a full-width colon does not close before a Chinese character).
 
 Every notebook's first cell is markdown of this shape (one line each):
 
@@ -62,14 +63,14 @@ def source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else str(src)
 
 
-LEARN_ZH_RE = re.compile(r"^\*\*你将学到：\*\*\s*(\S.*?)\s*$")
-RUNS_ZH_RE = re.compile(r"^\*\*运行时间：\*\*\s*在 CPU 笔记本上(约[^，。]*)")
+LEARN_ZH_RE = re.compile(r"^\*\*你将学到\*\*：\s*(\S.*?)\s*$")
+RUNS_ZH_RE = re.compile(r"^\*\*运行时间\*\*：\s*在 CPU 笔记本上(约[^，。]*)")
 
 
 def parse_header_zh(filename: str, cell: dict) -> Header:
     """Parse a zh title cell; ValueError naming the file and the expected shape when it does not match."""
     lines = [ln for ln in source(cell).splitlines() if ln.strip()]
-    shape = "'# NN · 标题' / '**你将学到：**……' / '**运行时间：**在 CPU 笔记本上约 N 秒……'"
+    shape = "'# NN · 标题' / '**你将学到**：……' / '**运行时间**：在 CPU 笔记本上约 N 秒……'"
     if cell.get("cell_type") != "markdown" or len(lines) < 3:
         raise ValueError(f"zh/{filename}: first cell must be markdown with three lines {shape}")
     title, learn, runs = TITLE_RE.match(lines[0]), LEARN_ZH_RE.match(lines[1]), RUNS_ZH_RE.match(lines[2])
@@ -106,8 +107,8 @@ PARTS = (("01", "**Part 1 · The course:** the article's topics, rebuilt and mea
          ("08", "**Part 2 · Going further:** sharding, collectives, debugging, profiling, tensor and pipeline parallelism and choosing a layout, all real on CPU ranks."))
 
 
-PARTS_ZH = (("01", "**第一部分 · 课程：**原文的各个主题，逐一重建并实测。"),
-            ("08", "**第二部分 · 进阶：**分片、集合通信、调试、性能分析、张量并行与流水线并行，以及如何选择并行布局，全部在 CPU 进程上真实运行。"))
+PARTS_ZH = (("01", "**第一部分 · 课程**：原文的各个主题，逐一重建并实测。"),
+            ("08", "**第二部分 · 进阶**：分片、集合通信、调试、性能分析、张量并行与流水线并行，以及如何选择并行布局，全部在 CPU 进程上真实运行。"))
 HEAD_EN = "| # | Notebook | What you will learn | CPU run time |"
 HEAD_ZH = "| # | 笔记本 | 你将学到 | CPU 运行时间 |"
 
