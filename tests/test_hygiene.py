@@ -160,6 +160,16 @@ def test_readme_index_is_current():
     )
 
 
+def test_chinese_readme_index_is_current_and_linked():
+    zh = readme_index.zh_readme(ROOT)
+    assert zh is not None, "README.zh-CN.md is missing"
+    _, text, wanted = zh
+    assert text == wanted, "README.zh-CN.md notebook index is stale: run `python scripts/readme_index.py`"
+    assert text.count("](notebooks/zh/") == len(NOTEBOOKS), "the zh index lists every notebook"
+    assert "README.zh-CN.md" in (ROOT / "README.md").read_text(encoding="utf-8").split("\n## ")[0], \
+        "README.md links the Chinese README near its top"
+
+
 def test_most_code_cells_are_compared():
     per_nb = {p.name: nbreport.count_cells(p) for p in NOTEBOOKS}
     print(nbreport.format_report(per_nb))
