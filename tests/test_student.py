@@ -127,6 +127,36 @@ def test_links_and_relative_paths_still_work(built):
                 assert (built / target).is_file(), f"{path.name}: {target} does not resolve in the student edition"
 
 
+def _broken_paths(folder: Path) -> list[str]:
+    broken = []
+    for path in sorted(folder.glob("*.ipynb")):
+        for cell in _cells(path):
+            text = source(cell)
+            targets = re.findall(r"\]\(([^)\s#]+)", text) if cell["cell_type"] == "markdown" \
+                else student.CODE_PATH.findall(text)
+            broken += [f"{path.name}: {t}" for t in targets if not re.match(r"[a-z]+:", t) and not (folder / t).is_file()]
+    return broken
+
+
+def test_the_chinese_edition_goes_into_the_student_edition(tmp_path):
+    """Built from the repository's own notebooks/ (zh/ included): every zh notebook is there, its paths
+    resolve from zh/, and it holds the same cleared exercises as its English twin, with no solution code."""
+    zh_build = load_script("build_zh")
+    student.build(ROOT / "notebooks", tmp_path / "student")
+    out = tmp_path / "student" / "notebooks"
+    zh_names = sorted(p.name for p in (ROOT / "notebooks" / "zh").glob("*.ipynb"))
+    assert zh_names and sorted(p.name for p in (out / "zh").glob("*.ipynb")) == zh_names
+    assert _broken_paths(out / "zh") == [] and _broken_paths(out) == []
+    for name in zh_names:
+        en_code = [zh_build.zh_code(source(c)) for c in _cells(out / name) if c["cell_type"] == "code"]
+        zh_code = [source(c) for c in _cells(out / "zh" / name) if c["cell_type"] == "code"]
+        assert zh_code == en_code, f"zh/{name}: its code cells differ from the English student notebook's"
+        cells = _cells(ROOT / "notebooks" / name)
+        solutions = {source(c) for c in cells if student.SOLUTION in tags(c)}
+        solutions -= {source(c) for c in cells if student.SOLUTION not in tags(c)}  # a check run twice stays
+        assert solutions and not solutions & set(zh_code), f"zh/{name}: a solution cell is in the student edition"
+
+
 def test_rebuild_is_byte_identical(tagged, built, tmp_path):
     again = tmp_path / "again"
     student.build(tagged, again)
