@@ -6,12 +6,10 @@
 
 A catalogue, notebooks/zh/catalog/NN_topic.json, holds one entry per markdown cell of the English notebook,
 keyed by the cell's id: ``{"en": HASH, "zh": "the cell in Chinese"}``, where HASH is :func:`cell_hash` of
-the English source it translates. Code cells and their outputs are copied from the English notebook, so
-nothing re-runs and nothing can differ; the one change is that a quoted path starting ``../`` in code gains
-one more ``../``, since the zh notebook runs one folder deeper. Links in a translation are written as in the
-English cell; the build points them at the right place from notebooks/zh/ (a link to another notebook stays
-in zh/, any other relative path gains ``../``). Never edit notebooks/zh/*.ipynb by hand: change the
-catalogue and rebuild.
+the English source it translates. Code cells and their outputs are copied from the English notebook as they
+are, so nothing re-runs and nothing can differ. Links in a translation are written as in the English cell;
+the build points them at the right place from notebooks/zh/ (a link to another notebook stays in zh/, any
+other relative path gains ``../``). Never edit notebooks/zh/*.ipynb by hand: change the catalogue and rebuild.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ REBUILD = "python scripts/build_zh.py"
 LINK = re.compile(r"(\]\()([^)\s]+)(\))")
 NOTEBOOK_NAME = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb(#.*)?$")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$", re.M)
-CODE_PATH = re.compile(r"""(["'])\.\./""")  # a quoted relative path in code, as scripts/student.py finds them
 
 
 class OutOfStep(Exception):
@@ -72,11 +69,6 @@ def anchor_map(notebook: Path, entries: dict) -> dict[str, str]:
             if len(en) == len(zh):
                 found.update({heading_anchor(a): heading_anchor(b) for a, b in zip(en, zh)})
     return found
-
-
-def zh_code(source: str) -> str:
-    """English code as it runs from notebooks/zh/: ``"../scripts/x"`` becomes ``"../../scripts/x"``."""
-    return CODE_PATH.sub(r"\1../../", source)
 
 
 def relink(markdown: str, anchors: dict[str, dict[str, str]] | None = None, here: str = "") -> str:
@@ -136,12 +128,8 @@ def build_notebook(notebook: Path, anchors: dict[str, dict[str, str]] | None = N
     anchors = all_anchors() if anchors is None else anchors
     out = copy.deepcopy(nb)
     for cell in out["cells"]:
-        if cell["cell_type"] == "code":
-            if zh_code(_source(cell)) != _source(cell):
-                cell["source"] = _lines(zh_code(_source(cell)))  # the outputs stay exactly as in English
-            continue
         if cell["cell_type"] != "markdown":
-            continue
+            continue  # code and outputs stay exactly as in English
         entry, src = entries.get(cell["id"]), _source(cell)
         if entry is None:
             raise OutOfStep(f"{notebook.name} cell {cell['id']}: no translation in {catalog_path(notebook).name}; "

@@ -127,10 +127,13 @@ def student_cells(name: str, cells: list[dict]) -> list[dict]:
     return out[:1] + [header] + out[1:]
 
 
-def referenced_files(cells: list[dict]) -> list[str]:
-    """Files that markdown links or images (``../X``, ``figures/X``) or code strings (``../X``) point to, in order."""
+def referenced_files(cells: list[dict], kind: str | None = None) -> list[str]:
+    """Files that markdown links or images (``../X``, ``figures/X``) or code strings (``../X``) point to, in order;
+    ``kind="markdown"`` or ``"code"`` keeps one of the two."""
     found: list[str] = []
     for cell in cells:
+        if kind and cell["cell_type"] != kind:
+            continue
         pattern = MD_LINK if cell["cell_type"] == "markdown" else CODE_PATH
         for path in pattern.findall(source(cell)):
             if path not in found:
@@ -143,8 +146,12 @@ def dumps(nb: dict) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def _notebooks_into(src: Path, folder: Path, root: Path) -> tuple[list[Path], dict[Path, Path]]:
-    """Student copies of ``src/*.ipynb`` in ``folder``; ``{target: origin}`` of every file they refer to."""
+def _notebooks_into(src: Path, folder: Path, root: Path, code_from: Path | None = None) -> tuple[list[Path], dict[Path, Path]]:
+    """Student copies of ``src/*.ipynb`` in ``folder``; ``{target: origin}`` of every file they refer to.
+
+    ``code_from``: the folder the code's ``../X`` paths were written from (the zh notebooks carry the English
+    code unchanged, so their code means the file beside the English notebooks; it is copied where it resolves
+    from ``folder``)."""
     folder.mkdir(parents=True)
     written, files = [], {}
     for path in sorted(src.glob("*.ipynb")):
@@ -153,8 +160,10 @@ def _notebooks_into(src: Path, folder: Path, root: Path) -> tuple[list[Path], di
         target = folder / path.name
         target.write_text(dumps(nb), encoding="utf-8")
         written.append(target)
-        for ref in referenced_files(nb["cells"]):
-            origin = (src / ref).resolve()
+        refs = [(ref, src) for ref in referenced_files(nb["cells"], "markdown")]
+        refs += [(ref, code_from or src) for ref in referenced_files(nb["cells"], "code")]
+        for ref, base in refs:
+            origin = (base / ref).resolve()
             if not origin.is_relative_to(root.resolve()):
                 raise BuildError(f"{path.name}: {ref} points outside the repository")
             if not origin.is_file():
@@ -174,7 +183,7 @@ def build_into(src: Path, dest: Path, handout: tuple[Path, ...] = ()) -> list[Pa
     folder = dest / src.name
     written, files = _notebooks_into(src, folder, src.parent)
     if sorted((src / "zh").glob("*.ipynb")):
-        zh_written, zh_files = _notebooks_into(src / "zh", folder / "zh", src.parent)
+        zh_written, zh_files = _notebooks_into(src / "zh", folder / "zh", src.parent, code_from=src)
         written += zh_written
         for target, origin in zh_files.items():
             files.setdefault(target, origin)
