@@ -23,6 +23,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from a checkout
+    sys.path.insert(0, str(ROOT))
+from gpulab.atomic import atomic_write  # noqa: E402
 EN = ROOT / "notebooks"
 ZH = EN / "zh"
 CATALOG = ZH / "catalog"
@@ -195,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     built, anchors = 0, all_anchors()
     for notebook in english_notebooks():
         if catalog_path(notebook).is_file():
-            (ZH / notebook.name).write_text(dumps(build_notebook(notebook, anchors)), encoding="utf-8")
+            text = dumps(build_notebook(notebook, anchors))
+            atomic_write(ZH / notebook.name, lambda tmp: tmp.write_text(text, encoding="utf-8"))
             built += 1
     print(f"{built} zh notebook(s) built in notebooks/zh/")
     return 0

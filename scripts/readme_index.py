@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,8 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- index:start -->", "<!-- index:end -->"
 NAME_RE = re.compile(r"^(\d{2})_[a-z0-9]+(?:_[a-z0-9]+)*\.ipynb$")
 TITLE_RE = re.compile(r"^# (\d{2}) · (\S.*?)\s*$")
-LEARN_RE = re.compile(r"^\*\*You will learn:\*\* (\S.*?)\s*$")
-RUNS_RE = re.compile(r"^\*\*Runs in:\*\* (about \S.*?) on a CPU laptop, (\S.*?)\s*$")
 NAV_LINK_RE = re.compile(r"\]\(\d{2}_[A-Za-z0-9_]+\.ipynb\)")
 
 
@@ -63,43 +59,45 @@ def source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else str(src)
 
 
-LEARN_ZH_RE = re.compile(r"^\*\*你将学到\*\*：\s*(\S.*?)\s*$")
-RUNS_ZH_RE = re.compile(r"^\*\*运行时间\*\*：\s*在 CPU 笔记本上(约[^，。]*)")
+@dataclass(frozen=True)
+class Edition:
+    """How one language's title cells read, and where its notebooks are listed."""
+
+    learn: re.Pattern
+    runs: re.Pattern
+    shape: str
+    prefix: str  # before a file name in errors: "" or "zh/"
 
 
-def parse_header_zh(filename: str, cell: dict) -> Header:
-    """Parse a zh title cell; ValueError naming the file and the expected shape when it does not match."""
+EN = Edition(re.compile(r"^\*\*You will learn:\*\* (\S.*?)\s*$"),
+             re.compile(r"^\*\*Runs in:\*\* (about \S.*?) on a CPU laptop, (\S.*?)\s*$"),
+             "'# NN · Title' / '**You will learn:** ...' / '**Runs in:** about N s on a CPU laptop, ...'", "")
+ZH = Edition(re.compile(r"^\*\*你将学到\*\*：\s*(\S.*?)\s*$"),
+             re.compile(r"^\*\*运行时间\*\*：\s*在 CPU 笔记本上(约[^，。]*)"),
+             "'# NN · 标题' / '**你将学到**：……' / '**运行时间**：在 CPU 笔记本上约 N 秒……'", "zh/")
+
+
+def parse_header(filename: str, cell: dict, edition: Edition = EN) -> Header:
+    """Parse a title cell; ValueError naming the file and the expected shape when it does not match."""
     lines = [ln for ln in source(cell).splitlines() if ln.strip()]
-    shape = "'# NN · 标题' / '**你将学到**：……' / '**运行时间**：在 CPU 笔记本上约 N 秒……'"
+    name, shape = edition.prefix + filename, edition.shape
     if cell.get("cell_type") != "markdown" or len(lines) < 3:
-        raise ValueError(f"zh/{filename}: first cell must be markdown with three lines {shape}")
-    title, learn, runs = TITLE_RE.match(lines[0]), LEARN_ZH_RE.match(lines[1]), RUNS_ZH_RE.match(lines[2])
+        raise ValueError(f"{name}: first cell must be markdown with three lines {shape}")
+    title, learn, runs = TITLE_RE.match(lines[0]), edition.learn.match(lines[1]), edition.runs.match(lines[2])
     if not (title and learn and runs):
-        raise ValueError(f"zh/{filename}: first cell {lines[:3]!r} does not match {shape}")
+        raise ValueError(f"{name}: first cell {lines[:3]!r} does not match {shape}")
+    number = NAME_RE.match(filename)
+    if not number or number.group(1) != title.group(1):
+        raise ValueError(f"{name}: title number {title.group(1)!r} must match the file name's NN")
     return Header(filename, title.group(1), title.group(2), learn.group(1), runs.group(1).strip())
 
 
-def parse_header(filename: str, cell: dict) -> Header:
-    """Parse a title cell; ValueError naming the file and the expected shape when it does not match."""
-    lines = [ln for ln in source(cell).splitlines() if ln.strip()]
-    shape = "'# NN · Title' / '**You will learn:** ...' / '**Runs in:** about N s on a CPU laptop, ...'"
-    if cell.get("cell_type") != "markdown" or len(lines) < 3:
-        raise ValueError(f"{filename}: first cell must be markdown with three lines {shape}")
-    title, learn, runs = TITLE_RE.match(lines[0]), LEARN_RE.match(lines[1]), RUNS_RE.match(lines[2])
-    if not (title and learn and runs):
-        raise ValueError(f"{filename}: first cell {lines[:3]!r} does not match {shape}")
-    name = NAME_RE.match(filename)
-    if not name or name.group(1) != title.group(1):
-        raise ValueError(f"{filename}: title number {title.group(1)!r} must match the file name's NN")
-    return Header(filename, title.group(1), title.group(2), learn.group(1), runs.group(1))
-
-
-def read_header(path: Path) -> Header:
+def read_header(path: Path, edition: Edition = EN) -> Header:
     """The parsed title cell of the notebook at ``path``."""
     cells = load_cells(path)
     if not cells:
-        raise ValueError(f"{Path(path).name}: notebook has no cells")
-    return parse_header(Path(path).name, cells[0])
+        raise ValueError(f"{edition.prefix}{Path(path).name}: notebook has no cells")
+    return parse_header(Path(path).name, cells[0], edition)
 
 
 # The course's two parts, by notebook number: (first number, heading). A part with no notebook is left out.
@@ -173,16 +171,12 @@ def with_nav(text: str, nav: str) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """Write ``text`` to ``path`` whole or not at all (gpulab.atomic)."""
+    if str(ROOT) not in sys.path:  # run as a script from a checkout
+        sys.path.insert(0, str(ROOT))
+    from gpulab.atomic import atomic_write
+
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8", newline=""))
 
 
 def fix_nav(paths: list[Path], headers: list[Header]) -> list[str]:
@@ -209,7 +203,7 @@ def zh_readme(root: Path) -> tuple[Path, str, str] | None:
     path = root / "README.zh-CN.md"
     if not path.is_file():
         return None
-    headers = [parse_header_zh(p.name, load_cells(p)[0]) for p in notebook_paths(root / "notebooks" / "zh")]
+    headers = [read_header(p, ZH) for p in notebook_paths(root / "notebooks" / "zh")]
     text = path.read_text(encoding="utf-8")
     return path, text, render_readme(text, index_table(headers, "notebooks/zh", zh=True))
 
