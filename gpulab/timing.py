@@ -62,17 +62,22 @@ class Stopwatch:
 
 
 @contextlib.contextmanager
-def using_threads(threads: int | None) -> Iterator[int]:
+def _torch_setting(get, set_, value) -> Iterator:
+    """Run the block with ``set_(value)`` (None: unchanged); yields ``get()``; the old value is restored."""
+    before = get()
+    if value is not None:
+        set_(value)
+    try:
+        yield get()
+    finally:
+        set_(before)
+
+
+def using_threads(threads: int | None) -> contextlib.AbstractContextManager[int]:
     """Run the block with ``torch.set_num_threads(threads)`` (None: unchanged); the old value is restored."""
     if threads is not None:
         positive_int(threads, "threads")
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield torch.get_num_threads()
-    finally:
-        torch.set_num_threads(before)
+    return _torch_setting(torch.get_num_threads, torch.set_num_threads, threads)
 
 
 def _clock_for(device: torch.device):
@@ -112,18 +117,11 @@ def check_matmul_precision(precision: object) -> str | None:
     raise ValueError(f"unknown matmul precision {precision!r}: use one of {', '.join(MATMUL_PRECISIONS)}")
 
 
-@contextlib.contextmanager
-def float32_matmul_precision(precision: str | None) -> Iterator[str]:
+def float32_matmul_precision(precision: str | None) -> contextlib.AbstractContextManager[str]:
     """Run the block with ``torch.set_float32_matmul_precision(precision)`` (None: unchanged); restored after.
 
     ``"highest"`` keeps float32 matmuls in strict FP32; ``"high"`` lets CUDA GPUs since Ampere use TF32
     tensor cores (10-bit mantissa inputs, float32 accumulation). Yields the setting in effect.
     """
     precision = check_matmul_precision(precision)
-    before = torch.get_float32_matmul_precision()
-    if precision is not None:
-        torch.set_float32_matmul_precision(precision)
-    try:
-        yield torch.get_float32_matmul_precision()
-    finally:
-        torch.set_float32_matmul_precision(before)
+    return _torch_setting(torch.get_float32_matmul_precision, torch.set_float32_matmul_precision, precision)
