@@ -22,14 +22,15 @@ if str(ROOT) not in sys.path:  # run from a checkout
 
 from gpulab.distributed.tensor_parallel import (count_rows, equality_rows, run_tensor_parallel,  # noqa: E402
                                                 traffic_rows)
+from gpulab import argtypes  # noqa: E402
 from gpulab.tables import format_rows  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=2, help="gloo ranks (more than the cores works, slower)")
-    parser.add_argument("--steps", type=int, default=3, help="training steps per run (and profiled steps)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per size in the all-reduce sweep")
+    parser.add_argument("--ranks", type=argtypes.positive_int, default=2, help="gloo ranks (more than the cores works, slower)")
+    parser.add_argument("--steps", type=argtypes.positive_int, default=3, help="training steps per run (and profiled steps)")
+    parser.add_argument("--repeats", type=argtypes.positive_int, default=5, help="timed calls per size in the all-reduce sweep")
     args = parser.parse_args(argv)
     for name in ("ranks", "steps", "repeats"):
         if getattr(args, name) < 1:

@@ -37,7 +37,8 @@ if str(ROOT) not in sys.path:  # the script runs from a checkout: gpulab comes f
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from gpulab import bench, bench_results, devices, gpu_reference, memory, nvidia_smi, pinning, precision, timing
+from gpulab import (argtypes, bench, bench_results, devices, gpu_reference, memory, nvidia_smi, pinning,  # noqa: E402
+                    precision, timing)
 from gpulab.atomic import write_json  # noqa: E402
 from gpulab.bench_results import now, read_json  # noqa: E402
 
@@ -341,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir", type=Path)
     parser.add_argument("--dry-run", action="store_true", help="small sizes (always so without CUDA)")
-    parser.add_argument("--budget", type=float, default=170.0, help="start no step after this many seconds")
+    parser.add_argument("--budget", type=argtypes.positive_float, default=170.0, help="start no step after this many seconds")
     parser.add_argument("--only", type=lambda t: [s.strip() for s in t.split(",") if s.strip()], default=None,
                         help=f"comma-separated steps to run: {', '.join(STEPS)}")
     args = parser.parse_args(argv)

@@ -109,12 +109,12 @@ def test_no_re_export_faces():
 
 
 def test_rank_programs_read_torchrun_in_one_place():
-    """Every ``*_worker`` rank program gets its rank from rank_io.rank_env, joins through run_in_group."""
+    """Every ``*_worker`` rank program gets its rank from rank_io (rank_env and run_in_group, or run_rank)."""
     workers = sorted((PACKAGE / "distributed").glob("*_worker.py"))
     assert len(workers) >= 5
     for path in workers:
         text = path.read_text(encoding="utf-8")
-        assert "rank_env()" in text and "run_in_group(" in text, path.name
+        assert ("rank_env()" in text and "run_in_group(" in text) or "run_rank(" in text, path.name
         assert 'os.environ["RANK"]' not in text and "init_process_group(" not in text, path.name
 
 

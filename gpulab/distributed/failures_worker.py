@@ -24,7 +24,7 @@ from torch import nn
 
 from gpulab import argtypes
 from gpulab.distributed.failures_ddp import short_group, uneven, unused
-from gpulab.distributed.rank_io import exit_worker, prefix_output, rank_env, run_in_group
+from gpulab.distributed.rank_io import exit_worker, run_rank
 from gpulab.timing import Stopwatch
 
 FATAL = ("missing",)  # ends the launch: must come last
@@ -202,12 +202,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point under torchrun."""
     args = parse_args(argv)
-    env = rank_env()
-    if env is None:
-        return 2
-    prefix_output(env.rank)
     torch.set_num_threads(1)
-    return run_in_group("gloo", args.pg_timeout, lambda: run_cases(args.case, args))
+    return run_rank("gloo", args.pg_timeout, lambda env: run_cases(args.case, args))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import torch
 
 from gpulab import argtypes
 from gpulab.atomic import torch_save, write_json
-from gpulab.distributed.rank_io import exit_worker, prefix_output, rank_env, run_in_group
+from gpulab.distributed.rank_io import exit_worker, run_rank
 from gpulab.experiment import add_recipe_options, optimizer_for, recipe_from, setup
 
 
@@ -139,11 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "(gpulab.distributed.fsdp_probe): padded shards, peak bytes, all-gathers")
     p.add_argument("--pg-timeout", type=argtypes.positive_float, default=120.0, help="seconds any collective may wait")
     args = p.parse_args(argv)
-    env = rank_env()
-    if env is None:
-        return 2
-    prefix_output(env.rank)
-    return run_in_group("gloo", args.pg_timeout, lambda: train(args, env.rank, env.world))
+    return run_rank("gloo", args.pg_timeout, lambda env: train(args, env.rank, env.world))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from gpulab import argtypes
 from gpulab.atomic import write_json
-from gpulab.distributed.rank_io import exit_worker, prefix_output, rank_env, run_in_group
+from gpulab.distributed.rank_io import exit_worker, run_rank
 from gpulab.timing import Stopwatch
 
 PARTS = ("calibrate", "schedules", "mesh", "layouts")
@@ -104,11 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--pg-timeout", type=argtypes.positive_float, default=PG_TIMEOUT_S,
                    help="seconds any collective or send may wait")
     args = p.parse_args(argv)
-    env = rank_env()
-    if env is None:
-        return 2
-    prefix_output(env.rank)
-    return run_in_group("gloo", args.pg_timeout, lambda: run(args, env.rank, env.world))
+    return run_rank("gloo", args.pg_timeout, lambda env: run(args, env.rank, env.world))
 
 
 if __name__ == "__main__":

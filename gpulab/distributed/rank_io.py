@@ -2,7 +2,8 @@
 
 ``rank_env()`` reads torchrun's environment once (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``); outside torchrun it says so in one line and gives None, so every rank
-program starts ``env = rank_env(); if env is None: return 2``.
+program starts ``env = rank_env(); if env is None: return 2``. ``run_rank(backend, timeout_s, body)``
+is that whole start and ``run_in_group`` in one call, for a worker with nothing to do in between.
 
 ``prefix_output(rank)`` makes ``print``, warnings and tracebacks write whole lines prefixed
 ``[rank N] ``, one ``os.write`` per batch of lines, so the lines of different ranks sharing one
@@ -99,3 +100,12 @@ def run_in_group(backend: str, timeout_s: float, body: Callable[[], object]) -> 
             dist.destroy_process_group()
         sys.stdout.flush()
         sys.stderr.flush()
+
+
+def run_rank(backend: str, timeout_s: float, body: Callable[[RankEnv], object]) -> int:
+    """A whole rank program: its place, ``[rank N]`` lines, ``body(env)`` inside the group; 2 outside torchrun."""
+    env = rank_env()
+    if env is None:
+        return 2
+    prefix_output(env.rank)
+    return run_in_group(backend, timeout_s, lambda: body(env))

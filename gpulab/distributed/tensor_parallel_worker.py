@@ -25,7 +25,7 @@ import torch
 
 from gpulab import argtypes
 from gpulab.atomic import write_json
-from gpulab.distributed.rank_io import exit_worker, prefix_output, rank_env, run_in_group
+from gpulab.distributed.rank_io import exit_worker, run_rank
 
 #: The parts a launch can run, in the order they run.
 PARTS = ("megatron", "block", "traffic", "vocab")
@@ -67,11 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--vocab", type=argtypes.positive_int, default=11, help="rows of the output layer")
     p.add_argument("--pg-timeout", type=argtypes.positive_float, default=60.0, help="seconds any collective may wait")
     args = p.parse_args(argv)
-    env = rank_env()
-    if env is None:
-        return 2
-    prefix_output(env.rank)
-    return run_in_group("gloo", args.pg_timeout, lambda: run(args, env.rank, env.world))
+    return run_rank("gloo", args.pg_timeout, lambda env: run(args, env.rank, env.world))
 
 
 if __name__ == "__main__":
