@@ -22,19 +22,18 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout
     sys.path.insert(0, str(ROOT))
 
+from gpulab import argtypes  # noqa: E402
 from gpulab.distributed.collectives import (bucket_sweep_rows, fit_sweep, prediction_rows, run_collectives,  # noqa: E402
                                             traffic_rows)
-from gpulab import argtypes  # noqa: E402
 from gpulab.distributed.cost import COLLECTIVES  # noqa: E402
 from gpulab.tables import format_rows  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=argtypes.positive_int, default=5, help="timed calls per size (median of the slowest rank)")
+    parser.add_argument("--repeats", type=argtypes.positive_int, default=5,
+                        help="timed calls per size (median of the slowest rank)")
     args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error(f"--repeats {args.repeats} must be at least 1")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 4 ranks on fewer cores: said in the output below
         four = run_collectives(4, parts=("sweep",), repeats=args.repeats)

@@ -27,8 +27,10 @@ def main() -> None:
     parser.add_argument("--hidden", type=argtypes.positive_int, nargs=2, default=[16, 32], metavar=("H1", "H2"))
     parser.add_argument("--batch-size", type=argtypes.positive_int, default=128)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--threads", type=argtypes.positive_int, default=None, help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--min-run-time", type=argtypes.positive_float, default=1.0, help="seconds per steady-state timing")
+    parser.add_argument("--threads", type=argtypes.positive_int, default=None,
+                        help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--min-run-time", type=argtypes.positive_float, default=1.0,
+                        help="seconds per steady-state timing")
     parser.add_argument("--cached", action="store_true", help="let inductor use its on-disk caches (a warm compile)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()

@@ -20,21 +20,19 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout
     sys.path.insert(0, str(ROOT))
 
+from gpulab import argtypes  # noqa: E402
 from gpulab.distributed.tensor_parallel import (count_rows, equality_rows, run_tensor_parallel,  # noqa: E402
                                                 traffic_rows)
-from gpulab import argtypes  # noqa: E402
 from gpulab.tables import format_rows  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=argtypes.positive_int, default=2, help="gloo ranks (more than the cores works, slower)")
-    parser.add_argument("--steps", type=argtypes.positive_int, default=3, help="training steps per run (and profiled steps)")
-    parser.add_argument("--repeats", type=argtypes.positive_int, default=5, help="timed calls per size in the all-reduce sweep")
+    count = argtypes.positive_int
+    parser.add_argument("--ranks", type=count, default=2, help="gloo ranks (more than the cores works, slower)")
+    parser.add_argument("--steps", type=count, default=3, help="training steps per run (and profiled steps)")
+    parser.add_argument("--repeats", type=count, default=5, help="timed calls per size in the all-reduce sweep")
     args = parser.parse_args(argv)
-    for name in ("ranks", "steps", "repeats"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} {getattr(args, name)} must be at least 1")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # more ranks than cores: they share them
         result = run_tensor_parallel(args.ranks, parts=("block", "traffic"), steps=args.steps, repeats=args.repeats)

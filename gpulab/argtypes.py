@@ -25,15 +25,24 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0, "0 or more")
 
 
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0."""
+def _finite(text: str, ok, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    if not ok(value) or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be {what}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    return _finite(text, lambda v: v > 0, "a positive number")
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    return _finite(text, lambda v: v >= 0, "0 or more")
 
 
 def count(text: str) -> int:

@@ -342,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir", type=Path)
     parser.add_argument("--dry-run", action="store_true", help="small sizes (always so without CUDA)")
-    parser.add_argument("--budget", type=argtypes.positive_float, default=170.0, help="start no step after this many seconds")
+    parser.add_argument("--budget", type=argtypes.non_negative_float, default=170.0,
+                        help="start no step after this many seconds")
     parser.add_argument("--only", type=lambda t: [s.strip() for s in t.split(",") if s.strip()], default=None,
                         help=f"comma-separated steps to run: {', '.join(STEPS)}")
     args = parser.parse_args(argv)
