@@ -1,4 +1,4 @@
-"""Notebook 12: Megatron's column and row splits, what each rank holds, one all-reduce per block, sequence parallelism.
+"""Notebook 12: Megatron's column and row splits, what each rank holds, the all-reduces, sequence parallelism.
 
 Schematics (``STATIC``): ``12-megatron-mlp`` (the split of an MLP over 2 ranks and its one all-reduce) and
 ``12-sequence-parallel`` (where tensor parallelism all-reduces, and where sequence parallelism gathers and
@@ -17,7 +17,7 @@ from gpulab.figures import COLORS, arrow, box, canvas, label, rank_color
 
 def megatron_mlp():
     """An MLP split over 2 ranks: rows of the first layer, columns of the second, one all-reduce at the end."""
-    fig, ax = canvas(11.6, 5.6, "Megatron's split of an MLP over 2 ranks: one all-reduce per block")
+    fig, ax = canvas(11.6, 5.6, "Megatron's split of an MLP over 2 ranks: one all-reduce in the forward pass")
     box(ax, 0.2, 2.2, 1.3, 1.0, "x\n(every rank\nhas all of it)", fontsize=9)
     label(ax, 3.15, 5.25, "column-parallel: up", weight="bold")
     label(ax, 5.55, 5.25, "GELU", weight="bold")
