@@ -311,14 +311,41 @@ def test_the_bytes_question(answer, ok, hint):
     assert verdict.ok is ok and hint in str(verdict), verdict
 
 
-def test_rounding_is_the_size_of_the_tp_difference():
-    """The notebook's one-process demonstration: two half products summed differ from one product by rounding."""
-    g = torch.Generator().manual_seed(0)
-    x, w = torch.randn(64, 256, generator=g), torch.randn(256, 256, generator=g)
-    whole = x @ w.T
-    halves = x[:, :128] @ w[:, :128].T + x[:, 128:] @ w[:, 128:].T
-    gap = ((whole - halves).abs().max() / whole.abs().max()).item()
-    assert 0 < gap < 100 * torch.finfo(torch.float32).eps
+def _two_orders(dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The notebook's demonstration: 4 ranks' partial sums of a row-parallel layer, added one after another
+    (as a ring does) and in pairs (as a tree does). Element-wise additions round the same on every machine."""
+    g = torch.Generator().manual_seed(seed)
+    x, w = torch.randn(64, 256, generator=g, dtype=dtype), torch.randn(256, 256, generator=g, dtype=dtype)
+    z = [xr @ wr.T for xr, wr in zip(x.chunk(4, dim=1), w.chunk(4, dim=1))]
+    return ((z[0] + z[1]) + z[2]) + z[3], (z[0] + z[1]) + (z[2] + z[3])
+
+
+def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).abs().max() / a.abs().max()).item()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rounding_is_the_size_of_the_tp_difference(seed):
+    """The two orders an all-reduce may use differ, by the size of rounding, and far less in float64."""
+    one_by_one, in_pairs = _two_orders(torch.float32, seed)
+    assert not torch.equal(one_by_one, in_pairs)  # the order of the additions shows in the last bits
+    gap32 = _gap(one_by_one, in_pairs)
+    assert 0 < gap32 < 4 * torch.finfo(torch.float32).eps
+    assert 0 < _gap(*_two_orders(torch.float64, seed)) < 1e-6 * gap32
+
+
+def test_the_vocabulary_question_quotes_the_right_sizes():
+    q = QUESTIONS_12[2]
+    assert "50,258" in q.prompt and padded_vocab(50257, 2) == 50258
+    sizes = shard_sizes(50257, 2)
+    assert all(f"{n:,}" in q.options[2].why for n in sizes)  # what DTensor would hold on each rank
+    assert q.answer == "b" and "masked or cut off" in q.options[1].text
+
+
+def test_the_check_names_the_arguments_it_needs():
+    verdict = check_megatron_mlp(lambda x, up, down, rank: x)
+    assert not verdict.ok and "five arguments" in str(verdict) and "(x, up, down, rank)" in str(verdict)
+    assert check_megatron_mlp(lambda *args: _right(*args)).ok
 
 
 def test_the_answer_key_finds_every_answer():

@@ -9,6 +9,7 @@ them) and compares the sum over ranks with one process. Expected values come fro
 from __future__ import annotations
 
 import copy
+import inspect
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,18 @@ def _diagnose(total: torch.Tensor, x: torch.Tensor, mlp: MLP, world: int) -> str
             "the same columns r of down.weight (torch.chunk's pieces), GELU between them")
 
 
+def _parameters(fn: object) -> str | None:
+    """``fn``'s parameters as text when five positional arguments cannot be passed to it, else None."""
+    try:
+        signature = inspect.signature(fn)  # type: ignore[arg-type]
+        signature.bind(*range(5))
+    except ValueError:  # no signature to read (some built-ins): let the call itself decide
+        return None
+    except TypeError:
+        return ", ".join(signature.parameters)
+    return None
+
+
 def check_megatron_mlp(partial_output: object) -> Feedback:
     """Does the learner's ``partial_output(x, up, down, rank, world)`` give Megatron's partial outputs?
 
@@ -61,6 +74,9 @@ def check_megatron_mlp(partial_output: object) -> Feedback:
     """
     if not callable(partial_output):
         return wrong(f"define partial_output(x, up, down, rank, world) as a function, got {partial_output!r}")
+    takes = _parameters(partial_output)
+    if takes is not None:
+        return wrong(f"partial_output must take five arguments (x, up, down, rank, world); yours takes ({takes})")
     divides_seen = False
     for number, (hidden, ffn, world, tokens) in enumerate(CASES):
         with torch.random.fork_rng():  # the learner's random numbers stay as they were
@@ -143,18 +159,23 @@ QUESTIONS_12 = (
     Question("Tensor parallelism over 4 GPUs, one transformer layer, a batch of 8 sequences of 2048 tokens, hidden "
              "size 4096, activations in bfloat16 (2 bytes). With ring all-reduces, how many MB (10^6 bytes) does "
              "each GPU send in the forward pass of this layer?", grade=_fwd_bytes, example="123.4"),
-    Question("Run A trains on one GPU with a vocabulary of 50,257 tokens. Run B uses TP=2 with Megatron-LM's "
-             "`--make-vocab-size-divisible-by 1`, which pads its vocabulary to 50,258. After 1000 steps their "
-             "losses differ by several percent. The most likely reason?", (
-                 Option("Floating-point sums in another order.",
-                        "no: reordered sums differ near float32's rounding (about 1e-7 relative) and grow slowly; "
-                        "several percent is a different computation"),
-                 Option("Run B has one more logit in every softmax: it trains a different model.",
-                        "the padded row takes part in every softmax, so the loss and the gradients change; "
-                        "drop the padded logits, or pad both runs to the same size"),
-                 Option("All-reduces lose precision in float32.",
-                        "no: an all-reduce adds floats like any addition, only in another order"),
-                 Option("Tensor parallelism needs a lower learning rate.",
-                        "no: TP computes the same step as one GPU, so the same learning rate applies"),
+    Question("Megatron-LM pads a vocabulary of 50,257 tokens to 50,258 for TP=2 (with "
+             "`--make-vocab-size-divisible-by 1`). Its cross-entropy keeps the padded logit in every softmax. "
+             "Which statement is true?", (
+                 Option("The padded run computes the same losses as one GPU with 50,257 tokens, up to rounding.",
+                        "no: the padded logit joins every softmax, so from the first step the loss and the gradients "
+                        "are those of another model, not a reordered sum"),
+                 Option("Padding is harmless to the model when the padded logits are left out of the softmax "
+                        "(masked or cut off) before the loss.",
+                        "without the padded logits, the loss and the real rows' gradients are those of the unpadded "
+                        "layer, as this notebook's run showed; kept in, the padded logit changes them, though "
+                        "training pushes it down"),
+                 Option("Padding is needed because 50,257 rows cannot be split over 2 ranks at all.",
+                        "no: DTensor splits them unevenly, like torch.chunk: 25,129 and 25,128 rows; Megatron-LM "
+                        "pads because its own split needs equal parts"),
+                 Option("The padded layer on 2 GPUs differs from the same padded layer on 1 GPU by far more than "
+                        "rounding.",
+                        "no: the split itself is exact; this notebook's padded layer on 2 ranks matched the same "
+                        "padded layer in one process"),
              ), answer="b"),
 )
