@@ -4,9 +4,25 @@ from __future__ import annotations
 
 import argparse
 
-from gpulab.argtypes import count, positive_float, positive_int
+from gpulab.argtypes import count, non_negative_float, positive_float, positive_int
 from gpulab.estimate import OPTIMIZER_STATES, PRECISIONS
-from gpulab.plan_layouts import BLOCKS
+from gpulab.plan_layouts import BLOCKS, DEFAULT_HEADROOM
+
+
+def efficiency(text: str) -> float:
+    """argparse type: a share of the peak rate, in (0, 1]."""
+    value = positive_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]: a share of the peak rate")
+    return value
+
+
+def headroom(text: str) -> float:
+    """argparse type: a share of the memory kept free, in [0, 1)."""
+    value = non_negative_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 1): a share of the memory kept free")
+    return value
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -15,9 +31,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "plan", help="rank parallel layouts (data, tensor, pipeline) by predicted step time among those that fit",
         description="For a model, a cluster and a global batch, predict every layout dp x tp x pp = GPUs (DDP or "
                     "FSDP over dp, tensor parallelism over tp, a pipeline of pp stages with its micro-batches): "
-                    "memory per rank (gpulab estimate plus the activations in flight) and the step time split into "
-                    "compute (roofline), exposed communication (ring collectives from the link's latency and "
-                    "bandwidth, none hidden) and the pipeline bubble. Prints those that fit, fastest first.")
+                    "memory per rank (gpulab estimate plus the activations in flight, DDP's buckets, FSDP's gathered "
+                    "parameters) and the step time split into compute (model FLOPs at --efficiency x the roofline), "
+                    "exposed communication (ring collectives from the link's latency and bandwidth, none hidden) and "
+                    "the pipeline bubble. Prints those that fit in memory less --headroom, fastest first. Without a "
+                    "pipeline, micro-batches are gradient accumulation. Activation checkpointing is not modelled.")
     model = parser.add_argument_group("model")
     model.add_argument("--params", type=count, required=True, help="number of parameters (e.g. 7e9)")
     model.add_argument("--layers", type=positive_int, required=True, help="number of layers")
@@ -26,14 +44,25 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     model.add_argument("--block", choices=list(BLOCKS), default="transformer", help="what a layer is (default transformer)")
     model.add_argument("--precision", choices=list(PRECISIONS), default="bf16-mixed", help="default bf16-mixed")
     model.add_argument("--optimizer", choices=list(OPTIMIZER_STATES), default="adam", help="default adam")
+    model.add_argument("--bidirectional", action="store_true",
+                       help="attention sees every token (an encoder); default causal, which computes half the scores")
     cluster = parser.add_argument_group("cluster")
     cluster.add_argument("--gpus", type=positive_int, required=True, help="number of GPUs")
-    cluster.add_argument("--memory-gib", type=positive_float, required=True, help="memory per GPU in GiB")
+    memory = cluster.add_mutually_exclusive_group(required=True)
+    memory.add_argument("--memory-gib", type=positive_float, help="memory per GPU in GiB (2**30 bytes)")
+    memory.add_argument("--memory-gb", type=positive_float,
+                        help="memory per GPU in GB (10**9 bytes), as spec sheets give it (141 GB = 131.3 GiB)")
     cluster.add_argument("--latency-us", type=positive_float, required=True, help="one link's latency in microseconds")
-    cluster.add_argument("--bandwidth-gbs", type=positive_float, required=True, help="one link's bandwidth in GB/s")
+    cluster.add_argument("--bandwidth-gbs", type=positive_float, required=True,
+                         help="one link's bandwidth per direction in GB/s (nccl-tests' bus bandwidth)")
     cluster.add_argument("--peak-tflops", type=positive_float, required=True, help="peak TFLOP/s of one GPU")
     cluster.add_argument("--memory-bandwidth-gbs", type=positive_float,
                          help="memory bandwidth of one GPU in GB/s (optional: turns on the roofline)")
+    cluster.add_argument("--efficiency", type=efficiency, default=1.0,
+                         help="share of the roofline rate whole steps reach (default 1: compute is a lower bound; "
+                              "published runs reach about 0.38-0.52)")
+    cluster.add_argument("--headroom", type=headroom, default=DEFAULT_HEADROOM,
+                         help=f"share of each GPU's memory kept free (default {DEFAULT_HEADROOM:g})")
     parser.add_argument("--batch", type=positive_int, required=True, help="global batch in samples")
     parser.add_argument("--top", type=positive_int, default=10, help="rows to print (default 10)")
     parser.set_defaults(func=run)
@@ -42,16 +71,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Print the ranking; 0, or 1 when no layout fits in memory."""
-    from gpulab.plan import Cluster, Model, format_plan, plan
+    from gpulab.plan import GB, GIB, Cluster, Model, format_plan, plan
 
-    model = Model(args.params, args.layers, args.hidden, args.seq, args.block, args.precision, args.optimizer)
-    membw = None if args.memory_bandwidth_gbs is None else args.memory_bandwidth_gbs * 1e9
-    cluster = Cluster(args.gpus, args.memory_gib * 2**30, args.latency_us * 1e-6, args.bandwidth_gbs * 1e9,
-                      args.peak_tflops * 1e12, membw)
+    model = Model(args.params, args.layers, args.hidden, args.seq, args.block, args.precision, args.optimizer,
+                  causal=not args.bidirectional)
+    membw = None if args.memory_bandwidth_gbs is None else args.memory_bandwidth_gbs * GB
+    memory = args.memory_gib * GIB if args.memory_gb is None else args.memory_gb * GB
+    cluster = Cluster(args.gpus, memory, args.latency_us * 1e-6, args.bandwidth_gbs * GB, args.peak_tflops * 1e12,
+                      membw, args.efficiency, args.headroom)
     predictions = plan(model, cluster, args.batch)
     print(format_plan(predictions, args.top))
     if not predictions[0].fits:
-        print(f"no layout fits in {args.memory_gib:g} GiB per GPU: the smallest needs "
-              f"{min(p.peak for p in predictions) / 2**30:.2f} GiB")
+        print(f"no layout fits in {memory / GIB:g} GiB per GPU less {args.headroom:.0%} headroom "
+              f"({cluster.usable_memory / GIB:.2f} GiB): the smallest needs "
+              f"{min(p.peak for p in predictions) / GIB:.2f} GiB")
         return 1
     return 0
