@@ -44,7 +44,7 @@ def test_the_launch_leaves_nothing_behind(launched):
 def test_every_schedule_equals_one_process_and_the_control_differs(lesson):
     rows = pipelines.grad_rows(lesson)
     runs, control = rows[:-1], rows[-1]
-    assert len(runs) == 7 + 4  # GPipe at 4 counts, 1F1B at 3, four looped schedules
+    assert len(runs) == 7 + 5  # GPipe at 4 counts, 1F1B at 3, five looped schedules (DualPipeV among them)
     assert all(r["max |difference|"] <= 1e-6 for r in runs), runs
     assert control["run"].startswith("control") and control["max |difference|"] > 1e-4
 
@@ -82,9 +82,23 @@ def test_bubbles_are_shares_and_the_formula_is_a_floor_for_one_micro_batch(lesso
 
 
 @pytest.mark.slow
-def test_fewer_micro_batches_than_stages(lesson):
-    said = lesson.report["schedules"]["refused"]
-    assert said.startswith("ValueError:") and "greater than or equal to the number of stages (2)" in said
+def test_fewer_micro_batches_than_stages_and_too_small_batches_are_refused_on_every_rank(lesson):
+    said = {case["case"]: case["per_rank"] for case in lesson.report["schedules"]["refused"]}
+    one, dual, rounds, small = said.values()
+    assert all(s.startswith("ValueError:") and "greater than or equal to the number of stages (2)" in s for s in one)
+    assert all("DualPipeV requires at least as many microbatches as stages" in s for s in dual)
+    assert all("multiple of the number of rounds (2), but got 5" in s for s in rounds)
+    assert small == ["ValueError: Expecting 4 arg_mbs but got 3",
+                     "AssertionError: Tensor size 3 is smaller than num_chunks"]
+
+
+@pytest.mark.slow
+def test_a_batch_that_does_not_divide_fails_on_the_last_stage_and_times_out_the_first(lesson):
+    odd = lesson.report["schedules"]["uneven"]
+    assert odd["chunks"] == [3, 3, 2, 2]
+    first, last = odd["per_rank"]
+    assert "Timed out" in first and not first.startswith("RuntimeError: [")  # no build path in the message
+    assert "size of tensor a (3) must match the size of tensor b (2)" in last
 
 
 @pytest.mark.slow
@@ -177,6 +191,11 @@ def _right(schedule, stages, micro_batches, stage):
     (lambda s, p, m, st: m if s == "GPipe" else p - st - 1, "draw the 1F1B timeline"),
     (lambda s, p, m, st: 1 if s == "GPipe" else min(m, p - st), "every forward before the first backward"),
     (lambda s, p, m, st: None, "whole number"),
+    (lambda s, p, m, st: float("nan"), "whole number"),
+    (lambda s, p, m, st: float("inf"), "whole number"),
+    (lambda s, p, m, st: [m, p], "whole number"),
+    (lambda s, p, m, st: "many", "whole number"),
+    (lambda s, p: p, "TypeError"),
     (lambda s, p, m, st: 1 / 0, "ZeroDivisionError"),
     ("in_flight", "pass your function"),
 ])
@@ -194,7 +213,8 @@ def test_check_in_flight_accepts_the_rule():
 @pytest.mark.parametrize("answer, ok, hint", [
     ("0.2", True, ""), ("1/5", True, ""), ("20%", True, ""), (0.2, True, ""), (20, True, ""),
     (0.25, False, "over the compute"), (4 / 16, False, "over the compute"), (3 / 16, False, "slots again"),
-    ("half", False, "a number"), (0.5, False, "formula"),
+    ("half", False, "a number"), (0.5, False, "formula"), (float("nan"), False, "a number"), ([0.2], False, "a number"),
+    (-0.2, False, "between 0 and 1"), ("", False, "a number"),
 ])
 def test_question_1_the_bubble_share(answer, ok, hint):
     verdict = QUESTIONS_13[0].check(answer)

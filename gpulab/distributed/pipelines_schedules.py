@@ -11,16 +11,21 @@ back. :func:`run_schedules` returns, on the group's first rank, a JSON-ready dic
 - ``traces``: every rank's forward and backward ranges of one profiled step of each of :data:`TRACED`;
 - ``looped``: the same gradient check for the schedules with several stages per rank;
 - ``control``: GPipe with ``scale_grads=False`` (the micro-batch gradients summed, not averaged): it must differ;
-- ``refused``: what ``Schedule1F1B`` says when given fewer micro-batches than stages.
+- ``refused``: what each rank says for the :data:`REFUSED` cases (too few micro-batches, a count the interleaved
+  schedule cannot split into rounds, a batch with fewer rows than micro-batches): all raise before any message;
+- ``uneven``: what each rank says when the batch does not divide by the micro-batches (``tensor_split`` makes
+  unequal chunks), on a group that gives up after :data:`UNEVEN_TIMEOUT_S` seconds.
 """
 
 from __future__ import annotations
 
+import datetime
+import re
 import statistics
 
 import torch
 import torch.distributed as dist
-from torch.distributed.pipelining import (Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
+from torch.distributed.pipelining import (Schedule1F1B, ScheduleDualPipeV, ScheduleGPipe, ScheduleInterleaved1F1B,
                                           ScheduleInterleavedZeroBubble, ScheduleLoopedBFS, ScheduleZBVZeroBubble)
 from torch.profiler import ProfilerActivity, profile
 
@@ -28,17 +33,27 @@ from gpulab.distributed.pipelines_probe import LABEL, LabelledStage, SavedBytes,
 from gpulab.timing import Stopwatch
 
 SCHEDULES = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}
-#: Schedules with several stages per rank (the looped ones); ZBVZeroBubble places them in a V.
+#: Schedules with several stages per rank (the looped ones); ZBVZeroBubble and DualPipeV place them in a V.
 LOOPED = {"Interleaved1F1B": ScheduleInterleaved1F1B, "LoopedBFS": ScheduleLoopedBFS,
-          "InterleavedZeroBubble": ScheduleInterleavedZeroBubble, "ZBVZeroBubble": ScheduleZBVZeroBubble}
+          "InterleavedZeroBubble": ScheduleInterleavedZeroBubble, "ZBVZeroBubble": ScheduleZBVZeroBubble,
+          "DualPipeV": ScheduleDualPipeV}
+V_SHAPED = ("ZBVZeroBubble", "DualPipeV")
+#: Cases torch refuses on every rank before any message: (what, schedule, micro-batches, stages per rank, rows).
+REFUSED = (("1F1B, 1 micro-batch, 2 stages", "1F1B", 1, 1, None),
+           ("DualPipeV, 2 micro-batches, 4 stages", "DualPipeV", 2, 2, None),
+           ("Interleaved1F1B, 5 micro-batches, 2 ranks", "Interleaved1F1B", 5, 2, None),
+           ("GPipe, 4 micro-batches, a batch of 3 rows", "GPipe", 4, 1, 3))
+UNEVEN_ROWS, UNEVEN_MICRO = 10, 4  # tensor_split: 3, 3, 2, 2 rows
+UNEVEN_TIMEOUT_S = 2.0
+BUILD_PATH = re.compile(r"^\[[^\]]*\] ")  # gloo's "[/where/it/was/built/pair.cc:553] " before a message
 MICRO_BATCHES = (1, 2, 4, 8)
 #: The steps profiled for their timelines: (schedule, micro-batches, stages per rank).
 TRACED = (("GPipe", 4, 1), ("1F1B", 4, 1), ("Interleaved1F1B", 4, 2))
 
 
 def stage_indices(schedule: str, rank: int, ranks: int, per_rank: int) -> list[int]:
-    """The stages rank ``rank`` runs: ``rank``, ``rank + ranks``, ... (a loop), or a V for ZBVZeroBubble."""
-    if schedule == "ZBVZeroBubble":
+    """The stages rank ``rank`` runs: ``rank``, ``rank + ranks``, ... (a loop), or a V for :data:`V_SHAPED`."""
+    if schedule in V_SHAPED:
         return [rank, 2 * ranks - 1 - rank]
     return [rank + k * ranks for k in range(per_rank)]
 
@@ -137,13 +152,47 @@ def trace(schedule: str, micro_batches: int, rank: int, ranks: int, group, per_r
     return everyone
 
 
-def refused(ranks: int, rank: int, group) -> str:
-    """The error Schedule1F1B raises for fewer micro-batches than stages (it refuses before any send)."""
+def _said(exc: Exception) -> str:
+    """``Type: message``, first line, without a ``[/path/file.cc:N]`` prefix naming the build machine."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {BUILD_PATH.sub('', text)}"
+
+
+def _attempt(schedule: str, micro_batches: int, rank: int, ranks: int, group, per_rank: int, rows: int | None) -> str:
+    """Build one schedule and run one step; what this rank raised, or "ran"."""
     try:
-        build("1F1B", ranks - 1, rank, ranks, group)
-    except ValueError as exc:
-        return f"ValueError: {exc}"
-    return "no error: this torch accepts fewer micro-batches than stages for 1F1B"
+        _, runner, mine, _ = build(schedule, micro_batches, rank, ranks, group, per_rank=per_rank)
+        x, y = batch()
+        if rows is not None:
+            x, y = x[:rows], y[:rows]
+        run_step(runner, mine, ranks * per_rank, x, y)
+    except Exception as exc:  # what torch raises is the measurement
+        return _said(exc)
+    return "ran"
+
+
+def refused(ranks: int, rank: int, group) -> list[dict]:
+    """What every rank says for each case of :data:`REFUSED`."""
+    out = []
+    for what, schedule, m, per_rank, rows in REFUSED:
+        everyone: list = [None] * ranks
+        dist.all_gather_object(everyone, _attempt(schedule, m, rank, ranks, group, per_rank, rows), group=group)
+        out.append({"case": what, "per_rank": everyone})
+    return out
+
+
+def uneven(ranks: int, rank: int, group) -> dict:
+    """GPipe on a batch of :data:`UNEVEN_ROWS` rows in :data:`UNEVEN_MICRO` micro-batches, on a group of its own.
+
+    The last stage fails at once; the first then waits for a message that never comes, until the group gives up.
+    """
+    short = dist.new_group(list(range(ranks)), timeout=datetime.timedelta(seconds=UNEVEN_TIMEOUT_S),
+                           use_local_synchronization=True)
+    said = _attempt("GPipe", UNEVEN_MICRO, rank, ranks, short, 1, UNEVEN_ROWS)
+    everyone: list = [None] * ranks
+    dist.all_gather_object(everyone, said, group=group)  # not on ``short``: it may be broken now
+    sizes = [len(c) for c in torch.arange(UNEVEN_ROWS).tensor_split(UNEVEN_MICRO)]
+    return {"rows": UNEVEN_ROWS, "micro_batches": UNEVEN_MICRO, "chunks": sizes, "per_rank": everyone}
 
 
 def run_schedules(rank: int, ranks: int, group, repeats: int = 5) -> dict | None:
@@ -164,7 +213,8 @@ def run_schedules(rank: int, ranks: int, group, repeats: int = 5) -> dict | None
     model, runner, mine, _ = build("GPipe", 4, rank, ranks, group, scale_grads=False)
     run_step(runner, mine, ranks, x, y)
     control = {"what": "GPipe, 4 micro-batches, scale_grads=False", "grad_error": grad_error(_grads(model), group, reference)}
-    said = refused(ranks, rank, group)
+    said, odd = refused(ranks, rank, group), uneven(ranks, rank, group)
     if not first:
         return None
-    return {"runs": runs, "traces": traces, "looped": looped, "control": control, "refused": said, "ranks": ranks}
+    return {"runs": runs, "traces": traces, "looped": looped, "control": control, "refused": said, "uneven": odd,
+            "ranks": ranks}

@@ -8,6 +8,7 @@ the backwards start; ``Schedule1F1B`` runs ``min(m, p - stage)`` forwards before
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Callable
 
@@ -61,7 +62,7 @@ def check_in_flight(fn: Callable[[str, int, int, int], int]) -> Feedback:
         except Exception as exc:  # the learner's code may raise anything
             return wrong(f"in_flight{case} raised {type(exc).__name__}: {exc}")
         value = as_number(answer)
-        if value is None or value != int(value):
+        if value is None or not math.isfinite(value) or value != int(value):
             return wrong(f"in_flight{case} returned {answer!r}: return a whole number of micro-batches")
         got[case] = int(value)
     bad = [c for c in cases if got[c] != _expected(*c)]
@@ -84,10 +85,12 @@ def _bubble_share(answer: object) -> Feedback:
             value = float(Fraction(answer.strip().rstrip("%"))) / (100 if answer.strip().endswith("%") else 1)
         except (ValueError, ZeroDivisionError):
             value = None
-    if value is None:
+    if value is None or not math.isfinite(value):
         return wrong(f"answer with a number (a share of the step, like 0.5 or 1/2), got {answer!r}")
     if value > 1:
         value /= 100  # written as a percentage
+    if not 0 <= value <= 1:
+        return wrong(f"a share of the step lies between 0 and 1 (or 0% and 100%), got {answer!r}")
     right = (p - 1) / (m + p - 1)
     if abs(value - right) < 1e-3:
         return correct(f"(p - 1) / (m + p - 1) = {p - 1} / {m + p - 1}: the fill and the drain take p - 1 "
@@ -104,17 +107,19 @@ QUESTIONS_13 = (
              "step does each rank wait (the bubble)?", grade=_bubble_share, example="0.5"),
     Question("A (dp=2, tp=2) mesh trains with FSDP over dp and tensor parallelism over tp. Which collective carries "
              "activations, and over which dimension?", (
-                 O("An all-reduce over tp: the ranks of a row sum their parts of each layer's output.",
-                   "tensor parallelism splits each layer's matrices, so the ranks of a tp group add up their results"),
+                 O("An all-reduce over tp: the ranks of a row sum their parts of each block's output.",
+                   "the row-split Linear gives each rank of a tp group a partial sum, and the all-reduce adds them"),
                  O("An all-gather over dp.", "no: FSDP's all-gather carries weights, gathered before each unit computes"),
                  O("A reduce-scatter over tp.",
                    "no: FSDP's reduce-scatter carries gradients, and it runs over dp, where the weights are sharded"),
              ), answer="a"),
-    Question("With the same number of micro-batches, GPipe and 1F1B have the same bubble. Why use 1F1B?", (
+    Question("With p equal stages and the same number m of micro-batches, GPipe and 1F1B have the same ideal "
+             "bubble. Why use 1F1B?", (
         O("It sends less data between stages.",
           "no: both send each micro-batch's activations forward and its gradients back once"),
-        O("It holds fewer activations at once: a stage starts backwards early, so at most p micro-batches wait.",
-          "GPipe keeps all m micro-batches' activations until the backwards start"),
+        O("It needs less activation memory when m > p: its first stage holds at most p micro-batches' activations "
+          "at once.",
+          "GPipe keeps all m micro-batches' activations until the backwards start; 1F1B starts them early"),
         O("It works with fewer micro-batches than stages.",
           "no: torch's Schedule1F1B refuses fewer micro-batches than stages; GPipe accepts them"),
     ), answer="b"),
