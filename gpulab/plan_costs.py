@@ -16,10 +16,11 @@ How each layout runs, as costed here:
   sharded (the peak of :mod:`gpulab.fsdp_memory`).
 - **FSDP with a pipeline**: torchtitan's way (``apply_fsdp`` sets ``reshard_after_forward=False`` when the
   pipeline is on, "to avoid per-microbatch all-gathers") together with torch.distributed.pipelining, whose
-  ``PipelineStage`` runs every backward but the last with ``set_reshard_after_backward(False)`` and
-  ``set_requires_gradient_sync(False)``. So each stage all-gathers its parameters once and reduce-scatters once
-  per step, and meanwhile holds the stage's unsharded parameters (compute dtype) and unsharded accumulated
-  gradients (reduce dtype) on top of its shards.
+  ``PipelineStage`` runs each micro-batch's backward with ``set_reshard_after_backward(False)`` and
+  ``set_requires_gradient_sync(False)``, then once after the last one (``perform_reduce_grad``) reshards and
+  reduce-scatters. So each stage all-gathers its parameters once and reduce-scatters once per step, and
+  meanwhile holds the stage's unsharded parameters (compute dtype) and unsharded accumulated gradients (reduce
+  dtype) on top of its shards.
 - **Tensor parallelism** (Megatron): the block's all-reduces of each micro-batch's activations; with sequence
   parallelism each becomes a reduce-scatter and an all-gather, and backward gathers the inputs of the
   column-split matrices again, which sequence parallelism does not keep (Korthikanti et al. 2022, section 4.2).
