@@ -91,6 +91,11 @@ def test_what_each_rank_holds(run):
     assert rows["mlp.down.bias"]["split"] == "no" and rows["norm1.weight"]["split"] == "no"
 
 
+def test_shard_rows_names_the_plans_it_has(two):
+    with pytest.raises(ValueError, match="plan='ddp'.*naive, sp, tp"):
+        shard_rows(two, "ddp")
+
+
 def test_uneven_vocabulary_follows_torch_chunk_and_equals_one_process(run):
     vocab = run.vocab[0][0]["vocab"]
     runs = run.vocab[0]

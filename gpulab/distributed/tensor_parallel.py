@@ -152,7 +152,10 @@ def traffic_rows(result: TPResult) -> list[dict]:
 
 def shard_rows(result: TPResult, plan: str = "tp") -> list[dict]:
     """What each rank holds of every parameter under ``plan``: full shape and this rank's local shape."""
-    run = next(r for r in result.block if r["plan"] == plan and r["dtype"] == "float32")
+    run = next((r for r in result.block if r["plan"] == plan and r["dtype"] == "float32"), None)
+    if run is None:
+        trained = sorted({r["plan"] for r in result.block})
+        raise ValueError(f"plan={plan!r}: this launch trained the plans {', '.join(trained)}")
     def text(shape: list[int]) -> str:
         return "x".join(map(str, shape))
 
