@@ -5,8 +5,10 @@
     cluster = Cluster(gpus=8, memory=141 * GB, latency=5e-6, bandwidth=450e9, peak_flops=989e12)
     print(format_plan(plan(model, cluster, batch=64)))
 
-Units: bytes, seconds, bytes/s and FLOP/s. ``141 * GB`` reads an H200 spec sheet's 141 GB as decimal
-gigabytes: 141e9 bytes, which is ``141e9 / GIB`` = 131.3 GiB. Tables print GiB (2**30 bytes).
+Units: bytes, seconds, bytes/s and FLOP/s; tables print GiB (2**30 bytes). ``141 * GB`` reads an H200 spec
+sheet's "141 GB" as decimal gigabytes, 141e9 bytes (131.3 GiB). The sheet does not say which unit it means, so this
+is the cautious reading; for a real card, plan with the total it reports itself
+(``torch.cuda.get_device_properties(0).total_memory``, in bytes).
 
 A **layout** splits the GPUs into ``dp`` data-parallel groups (whole replicas with DDP, or shards with FSDP), a
 tensor-parallel degree ``tp`` (each layer's matrices split over ``tp`` GPUs, with or without sequence

@@ -34,7 +34,8 @@ from gpulab.plan_layouts import BLOCKS, Layout
 
 #: Attention's FLOPs per token per layer, forward and backward, in units of sequence x hidden: ``Q K^T`` and
 #: ``softmax x V`` are 2 s h each forward, backward twice that (PaLM, Chowdhery et al. 2022, appendix B: model
-#: FLOPs ``6 N + 12 L H Q T``; the ``s / 6h`` term of Narayanan et al. 2021, eq. 3). A causal mask halves it.
+#: FLOPs ``6 N + 12 L H Q T``; the ``s / 6h`` term of Narayanan et al. 2021, eq. 3). A causal mask halves the work of a
+#: kernel that skips the masked half (flash attention does); PaLM's count does not halve it.
 ATTENTION_FLOPS = 12
 
 

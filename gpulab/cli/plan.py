@@ -51,7 +51,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     memory = cluster.add_mutually_exclusive_group(required=True)
     memory.add_argument("--memory-gib", type=positive_float, help="memory per GPU in GiB (2**30 bytes)")
     memory.add_argument("--memory-gb", type=positive_float,
-                        help="memory per GPU in GB (10**9 bytes), as spec sheets give it (141 GB = 131.3 GiB)")
+                        help="memory per GPU in GB (10**9 bytes): a spec sheet's figure read as decimal, "
+                        "the cautious reading (141 GB = 131.3 GiB); a real card's own total is better")
     cluster.add_argument("--latency-us", type=positive_float, required=True, help="one link's latency in microseconds")
     cluster.add_argument("--bandwidth-gbs", type=positive_float, required=True,
                          help="one link's bandwidth per direction in GB/s (nccl-tests' bus bandwidth)")
