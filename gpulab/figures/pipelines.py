@@ -205,8 +205,8 @@ def mesh_2d():
         arrow(ax, (2.5 + t * 4.0, 2.45), (2.5 + t * 4.0, 1.75), "", both=True)
         label(ax, 2.6 + t * 4.0 + (1.4 if t else -1.45), 2.1,
               "dp group: all-gather weights,\nreduce-scatter gradients", fontsize=8)
-    label(ax, 4.5, 0.15, 'init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")): rows are dp, columns tp',
-          fontsize=8)
+    label(ax, 4.5, 0.15, 'init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")): '
+          "a row is a tp group, a column a dp group", fontsize=8)
     return fig
 
 
