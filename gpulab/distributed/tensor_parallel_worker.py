@@ -9,8 +9,8 @@ Parts (any of them, in this order, in one launch; ``gpulab.distributed.tp_parts`
 - ``block``: a tiny transformer block under each plan of ``gpulab.tp_model.PLANS`` (``parallelize_module``),
   trained ``--steps`` steps beside one process, its collectives counted per phase with ``CommDebugMode``;
 - ``traffic``: an all-reduce sweep, then a larger block profiled: each collective's size and time;
-- ``vocab``: an output layer of ``--vocab`` rows (and that size padded to a multiple of the ranks) split by rows,
-  trained with ``loss_parallel`` beside one process.
+- ``vocab``: an output layer of ``--vocab`` rows split by rows, trained with gathered logits and with
+  ``loss_parallel``, then padded to a multiple of the ranks (``loss_parallel``), each beside one process.
 
 Each rank writes ``DIR/rank<N>.json``; ``gpulab.distributed.tensor_parallel.run_tensor_parallel`` reads them.
 """
