@@ -188,6 +188,7 @@ def uneven(ranks: int, rank: int, group) -> dict:
     """
     short = dist.new_group(list(range(ranks)), timeout=datetime.timedelta(seconds=UNEVEN_TIMEOUT_S),
                            use_local_synchronization=True)
+    dist.barrier(group=group)  # both ranks start together: on a busy machine no 2 s wait comes from a late start
     said = _attempt("GPipe", UNEVEN_MICRO, rank, ranks, short, 1, UNEVEN_ROWS)
     everyone: list = [None] * ranks
     dist.all_gather_object(everyone, said, group=group)  # not on ``short``: it may be broken now
