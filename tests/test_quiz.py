@@ -142,3 +142,13 @@ def test_widgets_check_a_choice_and_a_typed_value():
 def test_every_notebook_quiz_builds():
     for nb, qs in QUESTIONS.items():
         assert len(quiz(nb).children) == 1 + len(qs)
+
+
+@pytest.mark.parametrize("text,value", [("2,000,000", 2_000_000), ("1,050,624", 1_050_624), ("1,000.5", 1000.5),
+                                        ("402,7", 402.7), ("4,02", 4.02), ("-3,5", -3.5), ("402.7", 402.7),
+                                        ("1,2,3", None), ("4,0,2", None), ("many", None)])
+def test_typed_numbers_read_thousands_and_decimal_commas(text, value):
+    """A learner who writes a decimal comma (402,7) is read as meaning 402.7, not 4027."""
+    from gpulab.exercises import as_number
+
+    assert as_number(text) == value

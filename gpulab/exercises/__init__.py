@@ -8,6 +8,7 @@ question is a :class:`Question` (its options are :class:`Option`); the widgets t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -39,13 +40,25 @@ def wrong(message: str) -> Feedback:
     return Feedback(False, message)
 
 
+THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
+
+
 def as_number(answer: object) -> float | int | None:
-    """A number from an int, a float, a one-element tensor or text such as ``"2,000,000"``; else None."""
+    """A number from an int, a float, a one-element tensor or text such as ``"2,000,000"``; else None.
+
+    In text, commas that group digits in threes are thousands separators (``"1,050,624"``); one other comma is a
+    decimal comma, as many countries write it (``"402,7"`` is 402.7).
+    """
     if hasattr(answer, "item") and getattr(answer, "numel", lambda: 0)() == 1:
         answer = answer.item()
     if isinstance(answer, str):
+        text = answer.replace("_", "").replace(" ", "")
+        if THOUSANDS.fullmatch(text):
+            text = text.replace(",", "")
+        elif text.count(",") == 1 and "." not in text:
+            text = text.replace(",", ".")
         try:
-            answer = float(answer.replace(",", "").replace("_", "").replace(" ", ""))
+            answer = float(text)
         except ValueError:
             return None
     if isinstance(answer, bool) or not isinstance(answer, (int, float)):
