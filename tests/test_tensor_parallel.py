@@ -14,7 +14,8 @@ import torch.nn.functional as F
 matplotlib.use("Agg")
 
 from gpulab.distributed.tensor_parallel import (count_rows, equality_rows, predicted_calls,  # noqa: E402
-                                                run_tensor_parallel, shard_rows, traffic_rows)
+                                                run_tensor_parallel, shard_rows, sweep_spread, traffic_rows)
+from gpulab.distributed.tensor_parallel_worker import SWEEP_SIZES  # noqa: E402
 from gpulab.distributed.tensor_parallel_worker import main as worker_main  # noqa: E402
 from gpulab.exercises.tensor_parallel import QUESTIONS_12, check_megatron_mlp  # noqa: E402
 from gpulab.figures import has_title  # noqa: E402
@@ -58,6 +59,8 @@ def test_megatron_by_hand_equals_one_process_with_one_all_reduce(run):
 def test_megatron_shards_are_torch_chunk_pieces(run):
     ffn = run.megatron[0]["full_up_shape"][0]
     assert [len(r["up_weight"]) for r in run.megatron] == shard_sizes(ffn, run.ranks)
+    sizes = shard_sizes(ffn, run.ranks)
+    assert [r["units"] for r in run.megatron] == [[sum(sizes[:i]), sum(sizes[:i + 1])] for i in range(run.ranks)]
     assert [len(r["down_weight"][0]) for r in run.megatron] == shard_sizes(ffn, run.ranks)
     total = torch.tensor([r["partial"] for r in run.megatron]).sum(0)
     bias = torch.tensor(run.megatron[0]["output"]) - total  # down.bias, added once after the sum
@@ -71,8 +74,10 @@ def test_every_plan_equals_one_process_and_the_controls_differ(run):
         assert runs[plan, "float32", True]["max_loss_difference"] <= TOLERANCE, plan
     assert runs["tp", "float64", True]["max_weight_difference"] <= 1e-12  # rounding, not a different computation
     assert runs["sp", "float32", False]["max_weight_difference"] > 1e-3  # shard losses not weighted by their share
+    bug32, bug64 = (runs["sp", dtype, False]["max_weight_difference"] for dtype in ("float32", "float64"))
+    assert 0.5 < bug64 / bug32 < 2  # a bug does not shrink with the precision, as rounding does
     rows = equality_rows(run)
-    assert len(rows) == len(run.block) and sum(r["control"] != "" for r in rows) == 1
+    assert len(rows) == len(run.block) and sum(r["control"] != "" for r in rows) == 2
 
 
 def test_collectives_counted_equal_the_rules(run):
@@ -119,6 +124,11 @@ def test_traffic_counted_equals_the_prediction(two):
     assert rows["tp"]["bytes_predicted"] == 4 * t["activation_bytes"]
     assert rows["sp"]["sent_predicted"] == pytest.approx(rows["tp"]["sent_predicted"] + 4 * t["block"]["hidden"] * 4)
     assert rows["tp"]["predicted_ms"] > 0 and rows["tp"]["alone_ms"] > 0 and rows["tp"]["after_arrival_ms"] > 0
+    assert 0 < rows["tp"]["fastest_alone_ms"] <= rows["tp"]["alone_ms"] and rows["tp"]["fastest_predicted_ms"] > 0
+    spread = sweep_spread(two)
+    assert [r["bytes"] for r in spread] == list(SWEEP_SIZES) and t["activation_bytes"] in SWEEP_SIZES
+    assert all(r["fastest_s"] <= r["median_s"] <= r["slowest_s"] for r in spread)
+    assert all(len(r["seconds"]) == 25 for r in t["sweep"])  # the default repeats
 
 
 def test_the_run_draws_its_own_shards(two):
@@ -188,12 +198,27 @@ def test_schematics_and_curves_have_titles():
 # ---- the exercise check ---------------------------------------------------------------------------------
 
 
+def _units(n, rank, world):
+    """torch.chunk's piece ``rank`` of ``n`` units, empty where chunk returns fewer pieces than ranks."""
+    size = -(-n // world)
+    lo = min(rank * size, n)
+    return slice(lo, min(lo + size, n))
+
+
 def _hidden(x, up, rank, world):
-    return F.gelu(x @ up.weight.chunk(world, 0)[rank].T + up.bias.chunk(world, 0)[rank])
+    units = _units(up.out_features, rank, world)
+    return F.gelu(x @ up.weight[units].T + up.bias[units])
 
 
 def _right(x, up, down, rank, world):
-    z = _hidden(x, up, rank, world) @ down.weight.chunk(world, 1)[rank].T
+    z = _hidden(x, up, rank, world) @ down.weight[:, _units(up.out_features, rank, world)].T
+    return z + down.bias if rank == 0 else z
+
+
+def _chunk_index(x, up, down, rank, world):
+    """Right while torch.chunk returns ``world`` pieces; IndexError on 5 units over 4 ranks (pieces 2, 2, 1)."""
+    h = F.gelu(x @ up.weight.chunk(world, 0)[rank].T + up.bias.chunk(world, 0)[rank])
+    z = h @ down.weight.chunk(world, 1)[rank].T
     return z + down.bias if rank == 0 else z
 
 
@@ -218,7 +243,8 @@ def _whole(x, up, down, rank, world):
 
 
 def _no_gelu(x, up, down, rank, world):
-    z = (x @ up.weight.chunk(world, 0)[rank].T + up.bias.chunk(world, 0)[rank]) @ down.weight.chunk(world, 1)[rank].T
+    units = _units(up.out_features, rank, world)
+    z = (x @ up.weight[units].T + up.bias[units]) @ down.weight[:, units].T
     return z + down.bias if rank == 0 else z
 
 
@@ -241,7 +267,7 @@ def _rank_zero_does_all(x, up, down, rank, world):
 
 def _mismatched(x, up, down, rank, world):
     other = (rank + 1) % world
-    z = _hidden(x, up, rank, world) @ down.weight.chunk(world, 1)[other].T
+    z = _hidden(x, up, rank, world) @ down.weight[:, _units(up.out_features, other, world)].T
     return z + down.bias if rank == 0 else z
 
 
@@ -269,6 +295,7 @@ def test_the_check_accepts_right_answers(fn):
     (_rank_zero_does_all, "its own piece"),
     (_mismatched, "the same columns r"),
     (_wrong_dim, "raised"),
+    (_chunk_index, "into only 3 pieces for 4 ranks"),
 ])
 def test_the_check_says_what_is_wrong(fn, hint):
     verdict = check_megatron_mlp(fn)
@@ -345,6 +372,15 @@ def test_the_vocabulary_question_quotes_the_right_sizes():
     sizes = shard_sizes(50257, 2)
     assert all(f"{n:,}" in q.options[2].why for n in sizes)  # what DTensor would hold on each rank
     assert q.answer == "b" and "masked or cut off" in q.options[1].text
+
+
+def test_the_check_has_a_case_where_torch_chunk_returns_fewer_pieces_than_ranks():
+    from gpulab.exercises.tensor_parallel import CASES
+
+    short = [(ffn, world) for _, ffn, world, _ in CASES if len(torch.arange(ffn).chunk(world)) < world]
+    assert (5, 4) in short and shard_sizes(5, 4) == [2, 2, 1, 0]  # rank 3 holds no unit, as under DTensor's Shard
+    verdict = check_megatron_mlp(_chunk_index)
+    assert not verdict.ok and "rank=3, world=4" in str(verdict) and "IndexError" in str(verdict)
 
 
 def test_the_check_names_the_arguments_it_needs():

@@ -60,7 +60,7 @@ class TPResult:
 
 
 def run_tensor_parallel(nproc: int = 2, parts: Sequence[str] = PARTS, *, steps: int = 3, vocab: int = 11,
-                        repeats: int = 5, timeout: float = 180.0,
+                        repeats: int = 25, timeout: float = 180.0,
                         on_line: Callable[[str], None] | None = None) -> TPResult:
     """Launch ``gpulab.distributed.tensor_parallel_worker`` on ``nproc`` gloo ranks (one torchrun) and read it."""
     from gpulab.distributed.torchrun import launch
@@ -119,17 +119,35 @@ def predicted_calls(plan: str, activation_bytes: int, norm_bytes: int) -> list[t
     return calls
 
 
+def sweep_spread(result: TPResult) -> list[dict]:
+    """Each size of the all-reduce sweep: the fastest, median and slowest call (slowest rank per repeat)."""
+    import statistics
+
+    per_rank = [r["traffic"]["sweep"] for r in result.per_rank]
+    rows = []
+    for at, first in enumerate(per_rank[0]):
+        times = [max(rank[at]["seconds"][i] for rank in per_rank) for i in range(len(first["seconds"]))]
+        rows.append({"bytes": first["bytes"], "fastest_s": min(times), "median_s": statistics.median(times),
+                     "slowest_s": max(times)})
+    return rows
+
+
 def traffic_rows(result: TPResult) -> list[dict]:
-    """Per plan: calls and bytes per step counted in the trace and predicted, bytes each rank sent (ring), and
-    for ``tp`` the all-reduce time per step predicted by the sweep's alpha + beta fit and measured."""
+    """Per plan: calls per step and the sum of their nccl-tests sizes, counted in the trace and predicted; bytes
+    each rank would send with ring collectives (``ring_bytes_sent`` of each call); and for ``tp`` the all-reduce
+    time per step predicted by the sweep's alpha + beta fits (through each size's median call, as notebook 09
+    does, and through each size's fastest call) next to the same calls alone and inside the steps."""
     from gpulab.distributed.collectives import after_last_arrival, fit_sweep, sweep_rows
-    from gpulab.distributed.cost import ring_bytes_sent
+    from gpulab.distributed.cost import fit_alpha_beta, ring_bytes_sent
 
     n, per_rank = result.ranks, [r["traffic"] for r in result.per_rank]
     t = per_rank[0]
     swept = sweep_rows([r["sweep"] for r in per_rank], n)
     fit = fit_sweep(swept, "all_reduce")
     alone = {r["bytes"]: r["seconds"] for r in swept}
+    spread = sweep_spread(result)
+    fastest = {r["bytes"]: r["fastest_s"] for r in spread}
+    fit_fastest = fit_alpha_beta(list(fastest), list(fastest.values()))
     rows = []
     for i, run in enumerate(t["plans"]):
         steps = run["steps"]
@@ -145,6 +163,8 @@ def traffic_rows(result: TPResult) -> list[dict]:
             row["predicted_ms"] = sum(fit.seconds(b) for _, b in predicted) * 1e3
             swept_all = all(b in alone for _, b in predicted)
             row["alone_ms"] = sum(alone[b] for _, b in predicted) * 1e3 if swept_all else None
+            row["fastest_predicted_ms"] = sum(fit_fastest.seconds(b) for _, b in predicted) * 1e3
+            row["fastest_alone_ms"] = sum(fastest[b] for _, b in predicted) * 1e3 if swept_all else None
             row["after_arrival_ms"] = (sum(after_last_arrival(calls)) / steps * 1e3) if None not in calls else None
         rows.append(row)
     return rows

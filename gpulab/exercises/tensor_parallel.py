@@ -18,8 +18,9 @@ from gpulab.distributed import cost
 from gpulab.exercises import Feedback, Option, Question, as_number, correct, wrong
 from gpulab.tp_model import MLP, shard_sizes
 
-#: (hidden, ffn, world, tokens): the first ones split evenly, the later ones do not
-CASES = ((6, 12, 3, 5), (4, 8, 4, 2), (8, 7, 2, 3), (5, 10, 4, 2), (3, 9, 5, 4))
+#: (hidden, ffn, world, tokens): the first ones split evenly, the later ones do not; in the last one torch.chunk
+#: returns fewer pieces than ranks (5 units over 4 ranks: 2, 2, 1), so rank 3 holds none, as under DTensor's Shard
+CASES = ((6, 12, 3, 5), (4, 8, 4, 2), (8, 7, 2, 3), (5, 10, 4, 2), (3, 9, 5, 4), (6, 5, 4, 3))
 TOLERANCE = 1e-5
 
 
@@ -53,6 +54,15 @@ def _diagnose(total: torch.Tensor, x: torch.Tensor, mlp: MLP, world: int) -> str
             "the same columns r of down.weight (torch.chunk's pieces), GELU between them")
 
 
+def _few_pieces(error: Exception, ffn: int, world: int) -> str:
+    """A hint when an IndexError comes from ``torch.chunk`` returning fewer than ``world`` pieces, else ''."""
+    pieces = len(torch.arange(ffn).chunk(world))
+    if not isinstance(error, IndexError) or pieces == world:
+        return ""
+    return (f" (torch.chunk cuts {ffn} units into only {pieces} pieces for {world} ranks: the last ranks must "
+            "get an empty piece, as DTensor gives them; compute piece r's first and last unit yourself)")
+
+
 def _parameters(fn: object) -> str | None:
     """``fn``'s parameters as text when five positional arguments cannot be passed to it, else None."""
     try:
@@ -69,8 +79,9 @@ def check_megatron_mlp(partial_output: object) -> Feedback:
     """Does the learner's ``partial_output(x, up, down, rank, world)`` give Megatron's partial outputs?
 
     ``up`` and ``down`` are ``nn.Linear`` layers; the sum of every rank's result must equal ``down(gelu(up(x)))``
-    within 1e-5, and rank ``r``'s part must come from ``torch.chunk``'s piece ``r`` (``down.bias`` on one rank,
-    or shared out evenly). The feedback never shows a right result.
+    within 1e-5, and rank ``r``'s part must come from ``torch.chunk``'s piece ``r``, or from no unit where
+    ``torch.chunk`` returns fewer pieces than ranks (``down.bias`` on one rank, or shared out evenly). The feedback
+    never shows a right result.
     """
     if not callable(partial_output):
         return wrong(f"define partial_output(x, up, down, rank, world) as a function, got {partial_output!r}")
@@ -90,7 +101,7 @@ def check_megatron_mlp(partial_output: object) -> Feedback:
                     out = partial_output(x.clone(), given.up, given.down, rank, world)
                 except Exception as error:  # the learner's code: report, never raise
                     return wrong(f"partial_output(x, up, down, rank={rank}, world={world}) raised "
-                                 f"{type(error).__name__}: {error}")
+                                 f"{type(error).__name__}: {error}{_few_pieces(error, ffn, world)}")
                 if not isinstance(out, torch.Tensor):
                     return wrong(f"partial_output must return a tensor (tokens x hidden), got {type(out).__name__}")
                 if tuple(out.shape) != (tokens, hidden):
@@ -112,8 +123,8 @@ def check_megatron_mlp(partial_output: object) -> Feedback:
                 return wrong(f"the sum is right for {ffn} hidden units over {world} ranks, but not every rank's part "
                              "comes from its own piece: rank r uses piece r of torch.chunk(ffn units, world)")
     return correct(f"the partial outputs add up to the MLP on {len(CASES)} MLPs and 2 to 5 ranks, hidden sizes that "
-                   "do not divide included: each rank used only its rows of up and its columns of down, and one "
-                   "all-reduce of the partial outputs gives the whole result")
+                   "do not divide included (in one, the last rank holds no unit): each rank used only its rows of "
+                   "up and its columns of down, and one all-reduce of the partial outputs gives the whole result")
 
 
 def _mb(nbytes: float) -> float:
@@ -175,7 +186,7 @@ QUESTIONS_12 = (
                         "pads because its own split needs equal parts"),
                  Option("The padded layer on 2 GPUs differs from the same padded layer on 1 GPU by far more than "
                         "rounding.",
-                        "no: the split itself is exact; this notebook's padded layer on 2 ranks matched the same "
-                        "padded layer in one process"),
+                        "no: the split changes only the rounding; this notebook's padded layer on 2 ranks matched "
+                        "the same padded layer in one process within 1e-5"),
              ), answer="b"),
 )
