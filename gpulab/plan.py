@@ -10,9 +10,11 @@ sheet's "141 GB" as decimal gigabytes, 141e9 bytes (131.3 GiB). The sheet does n
 is the cautious reading; for a real card, plan with the total it reports itself
 (``torch.cuda.get_device_properties(0).total_memory``, in bytes).
 
-A **layout** splits the GPUs into ``dp`` data-parallel groups (whole replicas with DDP, or shards with FSDP), a
-tensor-parallel degree ``tp`` (each layer's matrices split over ``tp`` GPUs, with or without sequence
-parallelism) and ``pp`` pipeline stages (each holding ``layers / pp`` layers), with ``dp * tp * pp = gpus``;
+A **layout** splits the GPUs by three degrees, with ``dp * tp * pp = gpus``: the data-parallel degree ``dp`` (the
+ranks of one data-parallel group, which hold the same part of the model, whole with DDP or sharded with FSDP, and
+each see a different part of the batch; there are ``tp * pp`` such groups), the tensor-parallel degree ``tp``
+(each layer's matrices split over ``tp`` GPUs, with or without sequence parallelism) and ``pp`` pipeline stages
+(each holding ``layers / pp`` layers);
 its micro-batches are a pipeline's (with a schedule) or, without one, gradient accumulation. For each layout,
 :func:`predict` gives per rank (how each layout runs: :mod:`gpulab.plan_costs`):
 
@@ -21,14 +23,17 @@ its micro-batches are a pipeline's (with a schedule) or, without one, gradient a
   ``cluster.efficiency`` x the rate the roofline allows the blocks' largest matrix product
   (``gpulab.roofline.attainable``), plus the optimizer step read and written once at the memory bandwidth.
   ``efficiency=1`` (the default) makes it a lower bound: published whole training steps reach about 0.38 to
-  0.52 of the peak (model FLOPs utilisation, MFU: PaLM 46.2%, Chowdhery et al. 2022,
-  https://arxiv.org/abs/2204.02311; Llama 3 405B 38 to 43%, Dubey et al. 2024, https://arxiv.org/abs/2407.21783;
-  Megatron-LM 52% with recomputation counted, Narayanan et al. 2021, https://arxiv.org/abs/2104.04473);
+  0.46 of the peak in model FLOPs (model FLOPs utilisation, MFU: PaLM 46.2%, Chowdhery et al. 2022,
+  https://arxiv.org/abs/2204.02311, whose count does not halve causal attention; Llama 3 405B 38 to 43%, Dubey
+  et al. 2024, https://arxiv.org/abs/2407.21783). Megatron-LM's 52% (Narayanan et al. 2021,
+  https://arxiv.org/abs/2104.04473) also counts the FLOPs of activation recomputation: its eq. 3 has the factor
+  96 where the model FLOPs alone give 72;
 - **exposed communication**: every collective's ring time and every pipeline send from the link's latency and
-  per-direction bandwidth (``gpulab.distributed.cost``'s conventions). None of it is assumed hidden behind
-  compute, so this is an upper bound;
-- **bubble**: a pipeline's ranks wait while it fills and drains, ``(pp - 1) / m`` of the compute, which makes
-  ``(p - 1) / (m + p - 1)`` of the step;
+  per-direction bandwidth (``gpulab.distributed.cost``'s conventions). Assuming none of it hidden behind compute
+  is pessimistic, but every call runs at the link's full bandwidth after an assumed latency, the best case. So
+  this is an estimate, not a bound in either direction;
+- **bubble**: a pipeline's ranks wait while it fills and drains, ``(pp - 1) / m`` of the forward and backward
+  compute; in a step with nothing but that compute, this is ``(pp - 1) / (m + pp - 1)`` of the step;
 - **memory**: parameters, gradients and optimizer state from ``gpulab.estimate``, the activations in flight
   (GPipe: all ``m``; 1F1B: ``pp`` on the first stage; accumulation: one micro-batch), and at the peak DDP's
   gradient buckets or FSDP's gathered parameters. A layout **fits** when its peak leaves ``cluster.headroom``
@@ -54,6 +59,9 @@ from gpulab.validate import one_of, positive_int, positive_number
 
 GB = 10**9  # a decimal gigabyte, as spec sheets and link speeds count
 GIB = 2**30  # a binary gibibyte, as the tables print
+#: Printed under every plan: what whole training steps reach (the module docstring gives the sources).
+PUBLISHED_MFU = ("published model-FLOPs utilisation of whole steps: about 38-46%; "
+                 "Megatron-LM's 52% also counts recomputed FLOPs")
 
 
 @dataclass(frozen=True)
@@ -184,16 +192,17 @@ def plan(model: Model, cluster: Cluster, batch: int) -> list[Prediction]:
 
 
 def format_plan(predictions: list[Prediction], top: int = 10) -> str:
-    """The ``top`` first predictions as a table between a line on what fits and two on what the times mean."""
+    """The ``top`` first predictions as a table between a line on what fits and four notes on what it means."""
     positive_int(top, "top")
     if not predictions:
         raise ValueError("predictions is empty: give plan()'s list")
     fit, first = sum(p.fits for p in predictions), predictions[0]
     head = (f"{len(predictions)} layouts considered, {fit} fit in memory "
             f"(peak <= {first.usable / GIB:.1f} GiB per GPU after the headroom)")
-    bound = (": a lower bound (published whole steps reach about 38-52%)" if first.efficiency == 1
-             else " (the cluster's efficiency)")
+    bound = ": a lower bound" if first.efficiency == 1 else " (the cluster's efficiency)"
     notes = [f"compute: model FLOPs at {first.efficiency:.0%} of the roofline rate{bound}",
-             "communication: none hidden behind compute: an upper bound",
+             PUBLISHED_MFU,
+             "communication: every call at the link's full bandwidth, none hidden behind compute: an estimate, "
+             "not a bound",
              "left out: activation checkpointing, interleaved schedules, embedding and output layers"]
     return "\n".join([head, format_rows([p.row() for p in predictions[:top]]), *notes])

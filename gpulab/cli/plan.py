@@ -33,9 +33,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "FSDP over dp, tensor parallelism over tp, a pipeline of pp stages with its micro-batches): "
                     "memory per rank (gpulab estimate plus the activations in flight, DDP's buckets, FSDP's gathered "
                     "parameters) and the step time split into compute (model FLOPs at --efficiency x the roofline), "
-                    "exposed communication (ring collectives from the link's latency and bandwidth, none hidden) and "
-                    "the pipeline bubble. Prints those that fit in memory less --headroom, fastest first. Without a "
-                    "pipeline, micro-batches are gradient accumulation. Activation checkpointing is not modelled.")
+                    "exposed communication (ring collectives at the link's full bandwidth after its latency, none "
+                    "hidden: an estimate, not a bound) and the pipeline bubble. Prints those that fit in memory less "
+                    "--headroom, fastest first. Without a pipeline, micro-batches are gradient accumulation. "
+                    "Activation checkpointing is not modelled.")
     model = parser.add_argument_group("model")
     model.add_argument("--params", type=count, required=True, help="number of parameters (e.g. 7e9)")
     model.add_argument("--layers", type=positive_int, required=True, help="number of layers")
@@ -61,7 +62,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                          help="memory bandwidth of one GPU in GB/s (optional: turns on the roofline)")
     cluster.add_argument("--efficiency", type=efficiency, default=1.0,
                          help="share of the roofline rate whole steps reach (default 1: compute is a lower bound; "
-                              "published runs reach about 0.38-0.52)")
+                              "published model-FLOPs utilisation of whole steps is about 0.38-0.46)")
     cluster.add_argument("--headroom", type=headroom, default=DEFAULT_HEADROOM,
                          help=f"share of each GPU's memory kept free (default {DEFAULT_HEADROOM:g})")
     parser.add_argument("--batch", type=positive_int, required=True, help="global batch in samples")
