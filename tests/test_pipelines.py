@@ -120,6 +120,9 @@ def test_layouts_measured_against_the_plan(lesson):
     rows = pipelines.validation_rows(lesson)
     assert len(rows) == 5
     assert all(abs(r["memory measured / predicted"] - 1) < 0.1 for r in rows), rows
+    peaks = {r["layout"]: r["predicted peak MiB"] > r["predicted MiB"] for r in rows}  # the unmeasured extras
+    assert peaks == {"DDP 4": True, "FSDP 4": True, "TP 4": False, "PP 4 (1F1B, 4 micro-batches)": False,
+                     "FSDP 2 x TP 2": True}, peaks
     assert all(r["measured ms"] > 0 and r["predicted ms"] > 0 for r in rows)
     machine = pipelines.cluster(lesson)
     assert machine.gpus == 4 and machine.peak_flops > 1e8 and machine.bandwidth > 0
@@ -208,6 +211,15 @@ def test_check_in_flight_names_each_mistake_without_the_answer(fn, hint):
 def test_check_in_flight_accepts_the_rule():
     assert check_in_flight(_right).ok
     assert check_in_flight(lambda s, p, m, st: float(_right(s, p, m, st))).ok
+
+
+def test_check_in_flight_says_exactly_what_it_tried():
+    from gpulab.exercises.pipelines import UNSEEN, _cases
+
+    message, cases = check_in_flight(_right).message, _cases()
+    stages = sorted({p for p, _ in UNSEEN})
+    assert f"all {len(cases)} cases tried" in message and "3 to 8 stages" not in message
+    assert ", ".join(map(str, stages[:-1])) + f" and {stages[-1]} stages" in message
 
 
 @pytest.mark.parametrize("answer, ok, hint", [

@@ -184,7 +184,11 @@ def cluster(lesson: Lesson, memory: float = 2**30) -> Cluster:
 
 
 def validation_rows(lesson: Lesson) -> list[dict]:
-    """Each measured layout: predicted and measured step (ms) and bytes held (state + live activations, MiB)."""
+    """Each measured layout: predicted and measured step (ms) and bytes held (state + live activations, MiB).
+
+    ``predicted peak MiB`` is the planner's peak (``Prediction.peak``, what its fit test uses): the bytes held plus
+    DDP's buckets or FSDP's gathered units. No run measures a peak, so only the bytes held are compared.
+    """
     model, batch = lesson_model()
     machine = cluster(lesson)
     rows = []
@@ -195,5 +199,6 @@ def validation_rows(lesson: Lesson) -> list[dict]:
         rows.append({"layout": layout.name, "predicted ms": p.step * 1e3, "measured ms": measured["seconds"] * 1e3,
                      "measured / predicted": measured["seconds"] / p.step, "predicted MiB": p.memory / 2**20,
                      "measured MiB": held / 2**20, "memory measured / predicted": held / p.memory,
+                     "predicted peak MiB": p.peak / 2**20,
                      "compute ms": p.compute * 1e3, "comm ms": p.communication * 1e3, "bubble ms": p.bubble * 1e3})
     return rows

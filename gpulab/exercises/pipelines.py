@@ -1,8 +1,8 @@
 """Checks for notebook 13: how many micro-batches' activations a pipeline stage holds at once. Plus its questions.
 
 The check calls the learner's ``in_flight(schedule, stages, micro_batches, stage)`` on pipelines the notebook has
-not run (3 to 8 stages, every stage) and compares with torch's schedules: GPipe keeps every micro-batch until
-the backwards start; ``Schedule1F1B`` runs ``min(m, p - stage)`` forwards before its first backward
+not run (3, 4, 6 and 8 stages, every stage) and compares with torch's schedules: ``ScheduleGPipe`` keeps every
+micro-batch until the backwards start (no activation checkpointing); ``Schedule1F1B`` runs ``min(m, p - stage)`` forwards before its first backward
 (``warmup_chunks`` in ``torch/distributed/pipelining/schedules.py``) and then one forward per backward.
 """
 
@@ -72,8 +72,19 @@ def check_in_flight(fn: Callable[[str, int, int, int], int]) -> Feedback:
         total = sum(c[0] == schedule for c in cases)
         return wrong(f"{wrong_here} of {total} {schedule} cases wrong, e.g. in_flight{bad[0]} returned "
                      f"{got[bad[0]]}: {_advice(schedule, got, cases)}")
-    return correct(f"right on all {len(cases)} stages tried (3 to 8 stages): GPipe holds every micro-batch, "
+    return correct(f"right on all {len(cases)} cases tried ({_tried(cases)}): GPipe holds every micro-batch, "
                    "1F1B at most its warm-up forwards, the most on the first stage")
+
+
+def _tried(cases: list[tuple[str, int, int, int]]) -> str:
+    """What ``cases`` cover, in words: the schedules, the stage counts, every stage, the micro-batch counts."""
+    def listed(items: list) -> str:
+        words = [str(i) for i in sorted(set(items), key=items.index)]
+        return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+    stages, micro = sorted({c[1] for c in cases}), [c[2] for c in cases]
+    return (f"{listed([c[0] for c in cases])} on {listed(stages)} stages, every stage, "
+            f"{min(micro)} to {max(micro)} micro-batches")
 
 
 def _bubble_share(answer: object) -> Feedback:
