@@ -2,8 +2,9 @@
 
 The check calls the learner's ``in_flight(schedule, stages, micro_batches, stage)`` on pipelines the notebook has
 not run (3, 4, 6 and 8 stages, every stage) and compares with torch's schedules: ``ScheduleGPipe`` keeps every
-micro-batch until the backwards start (no activation checkpointing); ``Schedule1F1B`` runs ``min(m, p - stage)`` forwards before its first backward
-(``warmup_chunks`` in ``torch/distributed/pipelining/schedules.py``) and then one forward per backward.
+micro-batch until the backwards start (no activation checkpointing); ``Schedule1F1B`` runs ``min(m, p - stage)``
+forwards before its first backward (``warmup_chunks`` in ``torch/distributed/pipelining/schedules.py``) and then
+one forward per backward.
 """
 
 from __future__ import annotations
