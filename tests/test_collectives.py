@@ -52,6 +52,18 @@ def test_sweep_rows_carry_algbw_and_busbw(launch):
     assert isinstance(fit_sweep(launch.sweep, "all_reduce"), cost.AlphaBeta)
 
 
+def test_sweep_sizes_take_turns_so_a_burst_of_load_slows_every_size_alike(monkeypatch):
+    from gpulab.distributed import collectives_worker
+
+    order = []
+    monkeypatch.setattr(collectives_worker.dist, "barrier", lambda: None)
+    monkeypatch.setattr(collectives_worker, "call", lambda name, inp, out: order.append((name, inp.numel() * 4)))
+    rows = collectives_worker.sweep(("all_reduce", "broadcast"), [64, 256], 3, 1, torch.device("cpu"))
+    assert order == [(c, b) for c in ("all_reduce", "broadcast") for b in [64, 256] * 4]  # a warm-up, then 3 rounds
+    assert [(r["collective"], r["bytes"], len(r["seconds"])) for r in rows] == [
+        ("all_reduce", 64, 3), ("all_reduce", 256, 3), ("broadcast", 64, 3), ("broadcast", 256, 3)]
+
+
 @pytest.mark.slow
 def test_all_reduces_per_step_follow_bucket_cap(launch):
     grads = cost.gradient_bytes(ddp_profile.build("deep"))[::-1]

@@ -128,7 +128,7 @@ def test_traffic_counted_equals_the_prediction(two):
     spread = sweep_spread(two)
     assert [r["bytes"] for r in spread] == list(SWEEP_SIZES) and t["activation_bytes"] in SWEEP_SIZES
     assert all(r["fastest_s"] <= r["median_s"] <= r["slowest_s"] for r in spread)
-    assert all(len(r["seconds"]) == 25 for r in t["sweep"])  # the default repeats
+    assert all(len(r["seconds"]) == 50 for r in t["sweep"])  # the default repeats
 
 
 def test_the_run_draws_its_own_shards(two):

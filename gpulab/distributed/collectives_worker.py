@@ -9,7 +9,8 @@ Parts (any of them, in this order, in one launch):
   all_reduce (sum), reduce_scatter (sum) and all_gather (of its reduce_scatter result), recording its
   tensor before and after each;
 - ``sweep``: times each of ``--collectives`` at each of ``--sizes`` bytes (float32; sizes as nccl-tests
-  count them), ``--repeats`` times after one warm-up call, with a barrier before each call;
+  count them), ``--repeats`` rounds after one warm-up call (the sizes of a collective take turns, one call
+  each per round), with a barrier before each call;
 - ``ddp``: profiled DDP training steps (``gpulab.distributed.ddp_profile``), gloo only;
 - ``fsdp``: profiled FSDP2 training steps of Net1, each layer its own unit: the all-gathers and
   reduce-scatters of a step and their sizes (``fsdp_traffic``), gloo only.
@@ -152,20 +153,25 @@ def call(collective: str, inp: torch.Tensor, out: torch.Tensor) -> None:
 
 def sweep(collectives: Sequence[str], sizes: Sequence[int], repeats: int, world: int,
           device: torch.device) -> list[dict]:
-    """Seconds of each call on this rank: one row per (collective, bytes) with ``repeats`` times."""
+    """Seconds of each call on this rank: one row per (collective, bytes) with ``repeats`` times.
+
+    The sizes of one collective take turns, one call each per round, so a moment of load from elsewhere on the
+    machine slows every size alike instead of all the calls of one size.
+    """
     rows = []
     for collective in collectives:
-        for nbytes in sizes:
-            inp, out = buffers(collective, nbytes, world, device)
+        cases = [buffers(collective, nbytes, world, device) for nbytes in sizes]
+        for inp, out in cases:
             call(collective, inp, out)  # warm-up: connections, allocations
-            synchronize(device)
-            seconds = []
-            for _ in range(repeats):
+        synchronize(device)
+        seconds: list[list[float]] = [[] for _ in sizes]
+        for _ in range(repeats):
+            for times, (inp, out) in zip(seconds, cases):
                 dist.barrier()
                 with Stopwatch(device) as clock:  # waits for the GPU's queue at both ends
                     call(collective, inp, out)
-                seconds.append(clock.seconds)
-            rows.append({"collective": collective, "bytes": nbytes, "seconds": seconds})
+                times.append(clock.seconds)
+        rows += [{"collective": collective, "bytes": n, "seconds": t} for n, t in zip(sizes, seconds)]
     return rows
 
 

@@ -60,7 +60,7 @@ class TPResult:
 
 
 def run_tensor_parallel(nproc: int = 2, parts: Sequence[str] = PARTS, *, steps: int = 3, vocab: int = 11,
-                        repeats: int = 25, timeout: float = 180.0,
+                        repeats: int = 50, timeout: float = 180.0,
                         on_line: Callable[[str], None] | None = None) -> TPResult:
     """Launch ``gpulab.distributed.tensor_parallel_worker`` on ``nproc`` gloo ranks (one torchrun) and read it."""
     from gpulab.distributed.torchrun import launch

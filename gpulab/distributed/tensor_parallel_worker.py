@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="folder for rank<N>.json")
     p.add_argument("--parts", type=_parts, default=list(PARTS))
     p.add_argument("--steps", type=argtypes.positive_int, default=3, help="training steps per run")
-    p.add_argument("--repeats", type=argtypes.positive_int, default=25, help="calls per size in the sweep")
+    p.add_argument("--repeats", type=argtypes.positive_int, default=50, help="calls per size in the sweep")
     p.add_argument("--vocab", type=argtypes.positive_int, default=11, help="rows of the output layer")
     p.add_argument("--pg-timeout", type=argtypes.positive_float, default=60.0, help="seconds any collective may wait")
     args = p.parse_args(argv)
