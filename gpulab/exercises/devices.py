@@ -76,7 +76,8 @@ MATMUL_SIDES = (1, 2, 3, 10, 300)
 def check_matmul_flops(fn: Callable[[int], int]) -> Feedback:
     """Notebook 01: ``fn(n)`` must return the floating-point operations of an ``n x n @ n x n`` matmul.
 
-    Compared with ``gpulab.bench.matmul_flops``; a wrong count is described, never the right one.
+    Compared with the count torch's ``FlopCounterMode`` reports for such a matmul (a test keeps the course's
+    copy of it equal); a wrong count is described, never the right one.
     """
     if not callable(fn):
         return wrong(f"pass your function itself, not {type(fn).__name__}")
