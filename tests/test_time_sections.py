@@ -123,6 +123,17 @@ def test_teaching_guide_block_is_in_step_with_the_notebooks():
     assert problem == "", problem
 
 
+def test_every_class_plan_fits_its_target_with_time_left_for_questions():
+    import re
+
+    block = (ROOT / "TEACHING.md").read_text(encoding="utf-8")
+    targets = re.search(r"\| \*\*total\*\* \(target: ([\d / ]+)\) \|", block).group(1).split(" / ")
+    slack = re.search(r"\| slack: questions and set-up trouble \|(.*)\|", block).group(1).split("|")
+    assert len(slack) == len(targets) == len(ts.TARGET_MIN)
+    for plan, left in zip(ts.TARGET_MIN, slack):
+        assert int(left) >= 5, f"the {plan} plan leaves {left.strip()} minutes for questions: trim it or raise its target"
+
+
 @pytest.mark.slow
 def test_measure_times_each_cell(tmp_path):
     nb = nbformat.v4.new_notebook()
