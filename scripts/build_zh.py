@@ -159,6 +159,22 @@ def english_notebooks() -> list[Path]:
     return sorted(EN.glob("[0-9][0-9]_*.ipynb"))
 
 
+def first_difference(text: str, built: str) -> str:
+    """Where a zh notebook first differs from what the build writes: "cell ID", "metadata" or "(not JSON)"."""
+    try:
+        have = json.loads(text)
+    except ValueError:
+        return "(not valid JSON)"
+    want = json.loads(built)
+    cells, wanted = have.get("cells", []), want["cells"]
+    for i, cell in enumerate(wanted):
+        if i >= len(cells) or cells[i] != cell:
+            return f"cell {cell.get('id', i)}"
+    if len(cells) > len(wanted):
+        return f"cell {cells[len(wanted)].get('id', len(wanted))} (extra)"
+    return "metadata" if have != want else "layout"
+
+
 def check() -> list[str]:
     """Every way the zh edition is out of step with the English notebooks, one line each."""
     problems, anchors = [], all_anchors()
@@ -172,8 +188,9 @@ def check() -> list[str]:
         if not target.is_file():
             problems.append(f"{target.relative_to(ROOT)} is missing: run `{REBUILD}`")
         elif target.read_text(encoding="utf-8") != built:
-            problems.append(f"{target.relative_to(ROOT)} is not what the build writes (edited by hand, or the English "
-                            f"code or outputs changed): run `{REBUILD}`")
+            problems.append(f"{target.relative_to(ROOT)} {first_difference(target.read_text(encoding='utf-8'), built)} "
+                            f"is not what the build writes (edited by hand, or the English code or outputs changed): "
+                            f"run `{REBUILD}`")
     for extra in sorted(set(p.name for p in ZH.glob("*.ipynb")) - {p.name for p in english_notebooks()}):
         problems.append(f"notebooks/zh/{extra} has no English notebook: remove it")
     return problems

@@ -23,8 +23,9 @@ def test_every_notebook_has_a_current_zh_twin(path):
     built = ZH.dumps(ZH.build_notebook(path))  # raises OutOfStep naming the cell
     target = ZH.ZH / path.name
     assert target.is_file(), f"notebooks/zh/{path.name} is missing: run `{ZH.REBUILD}`"
-    assert target.read_text(encoding="utf-8") == built, \
-        f"notebooks/zh/{path.name} is not what the build writes: run `{ZH.REBUILD}` (never edit it by hand)"
+    have = target.read_text(encoding="utf-8")
+    assert have == built, (f"notebooks/zh/{path.name} {ZH.first_difference(have, built)} is not what the build "
+                           f"writes: run `{ZH.REBUILD}` (never edit it by hand)")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -66,6 +67,18 @@ def test_a_changed_english_cell_fails_with_its_name(tmp_path, monkeypatch):
     (tmp_path / "catalog" / "01_demo.json").write_text(json.dumps({"cells": {}}), encoding="utf-8")
     with pytest.raises(ZH.OutOfStep, match="cell m1: no translation"):
         ZH.build_notebook(path)
+
+
+def test_a_hand_edited_zh_notebook_is_named_with_its_cell():
+    built = ZH.dumps({"cells": [{"id": "a1", "source": "x"}, {"id": "b2", "source": "y"}], "metadata": {}})
+    edited = built.replace('"y"', '"y "')
+    assert ZH.first_difference(edited, built) == "cell b2"
+    assert ZH.first_difference(built.replace('"metadata": {}', '"metadata": {"k": 1}'), built) == "metadata"
+    assert ZH.first_difference(built[:-5], built) == "(not valid JSON)"
+    shorter = ZH.dumps({"cells": [{"id": "a1", "source": "x"}], "metadata": {}})
+    assert ZH.first_difference(shorter, built) == "cell b2"
+    assert ZH.first_difference(built, shorter) == "cell b2 (extra)"
+    assert ZH.first_difference(built.replace("\n", "\r\n"), built) == "layout"
 
 
 PUNCT = "：。，；！？、"
