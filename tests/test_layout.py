@@ -6,6 +6,7 @@ Read from the source (``ast``), so these run in a blink and fail with the file a
 from __future__ import annotations
 
 import ast
+import json
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -100,6 +101,30 @@ def test_one_timer():
     hand_made = [f for f in _calls(r"\bperf_counter\b", [PACKAGE, ROOT / "scripts", ROOT / "benchmarks"])
                  if not f.startswith("gpulab/timing.py")]
     assert not hand_made, "time with gpulab.timing (time_call or Stopwatch):\n" + "\n".join(hand_made)
+
+
+#: The one notebook cell that times by hand on purpose: it shows why a clock read needs a wait.
+TIMING_DEMO = ("03_single_device.ipynb", "wrong = time.perf_counter() - start")
+
+
+def hand_timed_cells(notebooks: list[Path]) -> list[str]:
+    """``notebook cell ID`` of every code cell that reads a clock itself (the timing demo of 03 left out)."""
+    found = []
+    for path in notebooks:
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            text = "".join(cell["source"])
+            if cell["cell_type"] == "code" and re.search(r"\bperf_counter\b|\btime\.time\(", text) \
+                    and not (path.name == TIMING_DEMO[0] and TIMING_DEMO[1] in text):
+                found.append(f"{path.name} cell {cell['id']}")
+    return found
+
+
+def test_notebooks_time_with_the_one_timer_too(tmp_path):
+    hand_made = hand_timed_cells(sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")))
+    assert not hand_made, "time with gpulab.timing (Stopwatch) here:\n" + "\n".join(hand_made)
+    bad = tmp_path / "06_x.ipynb"
+    bad.write_text(json.dumps({"cells": [{"cell_type": "code", "id": "c1", "source": ["t = time.perf_counter()"]}]}))
+    assert hand_timed_cells([bad]) == ["06_x.ipynb cell c1"]
 
 
 def test_no_re_export_faces():
