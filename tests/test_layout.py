@@ -164,3 +164,19 @@ def test_notebooks_use_no_private_torch_name():
                     if re.search(PRIVATE_TORCH, line.split("#")[0]):
                         found.append(f"{path.name} cell {i}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def rooms_table(text: str) -> set[str]:
+    """The module names in CONTRIBUTING.md's table of rooms (backticked, in its rows)."""
+    section = text.split("## The rooms of the package", 1)[1].split("\n## ", 1)[0]
+    return {name.rstrip("/") for line in section.splitlines() if line.startswith("| ")
+            for name in re.findall(r"`([\w/]+)`", line.split("|")[2])}
+
+
+def test_every_module_has_its_room_in_contributing():
+    listed = rooms_table((ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8"))
+    here = {p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("__")}
+    here |= {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert not here - listed, f"add to CONTRIBUTING.md's rooms: {sorted(here - listed)}"
+    assert not listed - here, f"CONTRIBUTING.md lists modules that do not exist: {sorted(listed - here)}"
+    assert rooms_table("## The rooms of the package\n| room | m |\n|---|---|\n| a | `x`, `y/` |\n") == {"x", "y"}
