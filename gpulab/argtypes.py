@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Callable, Sequence
 
 
 def _int_at_least(text: str, low: int, what: str) -> int:
@@ -65,3 +66,13 @@ def int_list(text: str) -> list[int]:
     if any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"{text!r} must hold positive integers only")
     return values
+
+
+def one_or_more_of(allowed: Sequence[str], what: str) -> Callable[[str], list[str]]:
+    """argparse type: comma-separated names from ``allowed`` (at least one), in the order given, each once."""
+    def parse(text: str) -> list[str]:
+        names = list(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+        if not names or any(n not in allowed for n in names):
+            raise argparse.ArgumentTypeError(f"{what} {text!r}: use a comma-separated list of {', '.join(allowed)}")
+        return names
+    return parse

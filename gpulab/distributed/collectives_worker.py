@@ -199,34 +199,16 @@ def run(args: argparse.Namespace, rank: int, world: int) -> None:
     write_json(Path(args.out) / f"rank{rank}.json", report)
 
 
-def _names(text: str, allowed: Sequence[str], what: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [n for n in names if n not in allowed]
-    if bad or not names:
-        raise argparse.ArgumentTypeError(f"{what} {text!r}: use a comma-separated list of {', '.join(allowed)}")
-    return names
-
-
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        sizes = []
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"sizes {text!r}: use comma-separated positive byte counts")
-    return sizes
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point under torchrun."""
     p = argparse.ArgumentParser(prog="gpulab.distributed.collectives_worker", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="folder for rank<N>.json")
-    p.add_argument("--parts", type=lambda t: _names(t, PARTS, "parts"), default=["semantics"])
-    p.add_argument("--collectives", type=lambda t: _names(t, COLLECTIVES, "collectives"), default=list(COLLECTIVES))
-    p.add_argument("--sizes", type=_sizes, default=[1024, 65536, 1048576], help="bytes per call")
+    p.add_argument("--parts", type=argtypes.one_or_more_of(PARTS, "parts"), default=["semantics"])
+    p.add_argument("--collectives", type=argtypes.one_or_more_of(COLLECTIVES, "collectives"), default=list(COLLECTIVES))
+    p.add_argument("--sizes", type=argtypes.int_list, default=[1024, 65536, 1048576], help="bytes per call")
     p.add_argument("--repeats", type=argtypes.positive_int, default=5)
     p.add_argument("--steps", type=argtypes.positive_int, default=3, help="profiled DDP steps per variant")
-    p.add_argument("--ddp-parts", type=lambda t: _names(t, DDP_PARTS, "ddp parts"), default=list(DDP_PARTS))
+    p.add_argument("--ddp-parts", type=argtypes.one_or_more_of(DDP_PARTS, "ddp parts"), default=list(DDP_PARTS))
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     p.add_argument("--pg-timeout", type=argtypes.positive_float, default=60.0, help="seconds any collective may wait")
     args = p.parse_args(argv)

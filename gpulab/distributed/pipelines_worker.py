@@ -87,18 +87,11 @@ def run(args: argparse.Namespace, rank: int, world: int) -> None:
         write_json(Path(args.out) / "report.json", report)
 
 
-def _parts(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names or any(n not in PARTS for n in names):
-        raise argparse.ArgumentTypeError(f"parts {text!r}: use a comma-separated list of {', '.join(PARTS)}")
-    return names
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point under torchrun."""
     p = argparse.ArgumentParser(prog="gpulab.distributed.pipelines_worker", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="folder for rank 0's report.json")
-    p.add_argument("--parts", type=_parts, default=list(PARTS))
+    p.add_argument("--parts", type=argtypes.one_or_more_of(PARTS, "parts"), default=list(PARTS))
     p.add_argument("--repeats", type=argtypes.positive_int, default=5, help="profiled steps per schedule")
     p.add_argument("--steps", type=argtypes.positive_int, default=3, help="timed steps per layout")
     p.add_argument("--pg-timeout", type=argtypes.positive_float, default=PG_TIMEOUT_S,

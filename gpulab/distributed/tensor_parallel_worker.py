@@ -50,18 +50,11 @@ def run(args: argparse.Namespace, rank: int, world: int) -> None:
     print(f"done: {', '.join(args.parts)} on {world} rank(s)", flush=True)
 
 
-def _parts(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names or any(n not in PARTS for n in names):
-        raise argparse.ArgumentTypeError(f"parts {text!r}: use a comma-separated list of {', '.join(PARTS)}")
-    return [p for p in PARTS if p in names]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point under torchrun."""
     p = argparse.ArgumentParser(prog="gpulab.distributed.tensor_parallel_worker", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="folder for rank<N>.json")
-    p.add_argument("--parts", type=_parts, default=list(PARTS))
+    p.add_argument("--parts", type=argtypes.one_or_more_of(PARTS, "parts"), default=list(PARTS))
     p.add_argument("--steps", type=argtypes.positive_int, default=3, help="training steps per run")
     p.add_argument("--repeats", type=argtypes.positive_int, default=50, help="calls per size in the sweep")
     p.add_argument("--vocab", type=argtypes.positive_int, default=11, help="rows of the output layer")
