@@ -14,19 +14,17 @@ import torch
 from torch import nn
 
 from gpulab.estimate import compare
+from gpulab.models import mlp
 from gpulab.tables import format_rows
 
 
 def models() -> dict:
     """Name -> (model, inputs, targets): the MLP of the memory notes, a deep narrow MLP, a small CNN."""
     torch.manual_seed(0)
-    deep = [nn.Linear(64, 256), nn.ReLU()] + [m for _ in range(3) for m in (nn.Linear(256, 256), nn.ReLU())]
     return {
         "MLP 512-2048-2048-1, batch 256": (
-            nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 1)),
-            torch.randn(256, 512), torch.randn(256, 1)),
-        "MLP 64-256x4-1, batch 1024": (nn.Sequential(*deep, nn.Linear(256, 1)),
-                                       torch.randn(1024, 64), torch.randn(1024, 1)),
+            mlp([512, 2048, 2048, 1]), torch.randn(256, 512), torch.randn(256, 1)),
+        "MLP 64-256x4-1, batch 1024": (mlp([64, 256, 256, 256, 256, 1]), torch.randn(1024, 64), torch.randn(1024, 1)),
         "CNN conv8 + linear, batch 32": (
             nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 16 * 16, 10)),
             torch.randn(32, 3, 16, 16), torch.randn(32, 10)),

@@ -37,8 +37,8 @@ if str(ROOT) not in sys.path:  # the script runs from a checkout: gpulab comes f
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from gpulab import (argtypes, bench, bench_results, devices, gpu_reference, memory, nvidia_smi, pinning,  # noqa: E402
-                    precision, timing)
+from gpulab import (argtypes, bench, bench_results, devices, gpu_reference, memory, models, nvidia_smi,  # noqa: E402
+                    pinning, precision, timing)
 from gpulab.atomic import write_json  # noqa: E402
 from gpulab.bench_results import now, read_json  # noqa: E402
 
@@ -281,7 +281,7 @@ def nccl_all_reduce_step(rec: Recorder) -> dict:
 def _mlp(rec: Recorder):
     d_in, hidden, batch = rec.cfg["mlp"]
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+    model = models.mlp([d_in, hidden, hidden, 1])
     return model.to(rec.device), torch.randn(batch, d_in, device=rec.device), torch.randn(batch, 1, device=rec.device)
 
 
