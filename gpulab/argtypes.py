@@ -38,7 +38,7 @@ def _finite(text: str, ok, what: str) -> float:
 
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
-    return _finite(text, lambda v: v > 0, "a positive number")
+    return _finite(text, lambda v: v > 0, "a finite positive number")
 
 
 def non_negative_float(text: str) -> float:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from gpulab.devices import pick_device
-from gpulab.validate import positive_int
+from gpulab.validate import positive_int, positive_number
 
 #: The three formats the notebooks compare, by the names learners type.
 DTYPES: dict[str, torch.dtype] = {
@@ -200,8 +200,7 @@ def matmul_mode_seconds(device: str | torch.device = "cpu", mode: str = "float32
     if mode not in MATMUL_MODES:
         raise ValueError(f"unknown mode {mode!r}: use one of {', '.join(MATMUL_MODES)}")
     positive_int(n, "n")
-    if not min_run_time > 0:
-        raise ValueError(f"min_run_time={min_run_time!r} must be a positive number of seconds")
+    positive_number(min_run_time, "min_run_time")
     device = pick_device(device)
     try:
         stmt, env, matmul_precision = _matmul_setup(device, mode, n)

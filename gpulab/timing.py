@@ -23,7 +23,7 @@ import torch
 from torch.utils import benchmark
 
 from gpulab import devices
-from gpulab.validate import positive_int
+from gpulab.validate import positive_int, positive_number
 
 #: ``torch.set_float32_matmul_precision`` values: strict FP32, TF32 allowed, bfloat16 allowed.
 MATMUL_PRECISIONS = ("highest", "high", "medium")
@@ -98,8 +98,7 @@ def time_call(stmt: str, env: dict, device: str | torch.device = "cpu", *, warmu
     the measurement and restored afterwards.
     """
     device = torch.device(device)
-    if not (isinstance(min_run_time, (int, float)) and min_run_time > 0):
-        raise ValueError(f"min_run_time {min_run_time!r} must be a positive number of seconds")
+    positive_number(min_run_time, "min_run_time")
     with using_threads(threads) as n:
         code = compile(stmt, "<timed>", "exec")
         for _ in range(warmup):

@@ -35,14 +35,14 @@ def non_negative_int(value: object, name: str) -> int:
 def positive_number(value: object, name: str) -> float:
     """``value`` as a float if it is a finite number > 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
-        raise ValueError(f"{name}={value!r} must be a positive number")
+        raise ValueError(f"{name}={value!r} must be a finite positive number")
     return float(value)
 
 
 def non_negative_number(value: object, name: str) -> float:
     """``value`` as a float if it is a finite number >= 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < math.inf):
-        raise ValueError(f"{name}={value!r} must be a number >= 0")
+        raise ValueError(f"{name}={value!r} must be a finite number >= 0")
     return float(value)
 
 

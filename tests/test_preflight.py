@@ -156,7 +156,7 @@ def test_a_failing_rank_is_reported_with_its_last_line(monkeypatch):
 def test_rendezvous_rejects_bad_arguments():
     with pytest.raises(ValueError, match="at least 2 ranks"):
         rendezvous_check.rendezvous(1)
-    with pytest.raises(ValueError, match=r"timeout \(seconds\)=0 must be a positive number"):
+    with pytest.raises(ValueError, match=r"timeout \(seconds\)=0 must be a finite positive number"):
         rendezvous_check.rendezvous(2, timeout=0)
 
 

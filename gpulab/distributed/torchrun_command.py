@@ -14,17 +14,12 @@ import warnings
 from typing import Sequence
 
 from gpulab.distributed.rendezvous import current_plan, is_loopback
-from gpulab.validate import positive_int
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+from gpulab.validate import non_negative_int, positive_int, positive_number
 
 
 def check_timeout(timeout: float) -> None:
-    """ValueError unless ``timeout`` is a positive number of seconds."""
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-        raise ValueError(f"timeout={timeout!r} must be a positive number of seconds")
+    """ValueError unless ``timeout`` is a finite, positive number of seconds."""
+    positive_number(timeout, "timeout")
 
 
 def gpu_count() -> int:
@@ -80,13 +75,14 @@ def torchrun_command(
     A run on this machine alone (one node, or every node at a loopback address) also gets the
     flags of ``gpulab.distributed.rendezvous`` (``--local-addr 127.0.0.1``).
     """
-    for name, value, low in (("nproc", nproc, 1), ("nnodes", nnodes, 1), ("node_rank", node_rank, 0),
-                             ("max_restarts", max_restarts, 0)):
-        if not _is_int(value) or value < low:
-            raise ValueError(f"{name}={value!r} must be an integer >= {low}")
+    for name, value in (("nproc", nproc), ("nnodes", nnodes)):
+        positive_int(value, name)
+    for name, value in (("node_rank", node_rank), ("max_restarts", max_restarts)):
+        non_negative_int(value, name)
     if node_rank >= nnodes:
         raise ValueError(f"node_rank={node_rank} must be below nnodes={nnodes} (0..{nnodes - 1})")
-    if master_port is not None and (not _is_int(master_port) or not 1 <= master_port <= 65535):
+    if master_port is not None and (isinstance(master_port, bool) or not isinstance(master_port, int)
+                                    or not 1 <= master_port <= 65535):
         raise ValueError(f"master_port={master_port!r} must be an integer in 1..65535")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
            "--max-restarts", str(max_restarts)]
