@@ -21,11 +21,13 @@ under ``torch.profiler.profile(profile_memory=True, record_shapes=True)`` (twice
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 from torch import nn
 
 from gpulab.memory import storage_bytes
+from gpulab.step import train_step
 from gpulab.torch_private import allocation_tag, event_tree
 
 PROBE_WIDTH, PROBE_LAYERS, PROBE_ROWS = 257, 4, 8  # 257 rows split unevenly over 2 or 3 ranks: padding shows
@@ -117,12 +119,12 @@ def measure(mesh, name: str) -> dict:
             saved[storage.data_ptr()] = storage.nbytes()
         return t
 
+    def counted(phase: str):
+        """The forward pass (with the loss) runs with the hooks that count what autograd saves."""
+        return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if phase == "forward" else nullcontext()
+
     def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = nn.functional.mse_loss(model(x).float(), y)
-        loss.backward()
-        optimizer.step()
+        train_step(model, optimizer, x, y, phases=counted)
 
     step()
     shards = [p.to_local() for p in model.parameters()]
