@@ -12,9 +12,9 @@ install:
 	$(COURSE) install
 
 # JupyterLab at the repository root (README.md and its notebook index in the file browser), notebook 01 open.
-# Extra server options: make lab LAB_ARGS="--no-browser --port=8899"
+# Extra server options: make lab LAB_ARGS="--no-browser --port=8899". The Chinese edition: make lab ZH=1
 lab:
-	$(COURSE) lab -- $(LAB_ARGS)
+	$(COURSE) lab $(if $(ZH),--zh )-- $(LAB_ARGS)
 
 # Unit, hygiene and notebook tests in one pytest run, two workers, one notebook per worker at a time.
 test:

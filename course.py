@@ -36,6 +36,7 @@ VENV = ".venv"
 STAMP = ".installed"
 OS_NAME = os.name  # "nt" on Windows; tests set it to simulate another system
 FIRST_NOTEBOOK = "notebooks/01_why_gpus.ipynb"
+FIRST_NOTEBOOK_ZH = "notebooks/zh/01_why_gpus.ipynb"  # the Chinese edition (`lab --zh`)
 # nbval in strict mode: every code cell's output is compared unless tagged (see tests/nbval_sanitize.cfg).
 NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
          "--nbval-cell-timeout=120"]
@@ -44,7 +45,7 @@ DEFAULT_JOBS = 2
 STUDENT_FILES = ["course.py", "constraints.txt", "TROUBLESHOOTING.md", "LICENSE"]
 HELP = {
     "install": "create .venv and install gpulab with its pinned dependencies (only when needed)",
-    "lab": "JupyterLab at the course folder, notebook 01 open (extra server options after --)",
+    "lab": "JupyterLab at the course folder, notebook 01 open (--zh: in Chinese; server options after --)",
     "test": "unit, hygiene and notebook tests in one pytest run, then the cell report (pytest options after --)",
     "test-unit": "the unit and hygiene tests only",
     "test-notebooks": "every notebook under nbval only",
@@ -175,7 +176,7 @@ def _zip(folder: str, archive: str) -> None:
 
 
 def plan(command: str, *, python: str | None = None, jobs: int = DEFAULT_JOBS, paths: list[str] | None = None,
-         extra: list[str] | None = None) -> list[Step]:
+         extra: list[str] | None = None, zh: bool = False) -> list[Step]:
     """The steps of ``command`` after the install, with ``python`` the environment's Python."""
     py, extra, n = python or venv_python(), list(extra or []), str(jobs)
     pytest = [py, "-m", "pytest", "-n", n, "--dist", "loadfile"]
@@ -186,7 +187,8 @@ def plan(command: str, *, python: str | None = None, jobs: int = DEFAULT_JOBS, p
     gone = [VENV, ".pytest_cache", "build", *eggs]
     steps: dict[str, Callable[[], list[Step]]] = {
         "install": lambda: [],
-        "lab": lambda: [Step([py, "-m", "jupyter", "lab", "--ServerApp.root_dir=.", FIRST_NOTEBOOK, *extra], NO_MPL)],
+        "lab": lambda: [Step([py, "-m", "jupyter", "lab", "--ServerApp.root_dir=.",
+                               FIRST_NOTEBOOK_ZH if zh else FIRST_NOTEBOOK, *extra], NO_MPL)],
         "test": lambda: [Step(pytest + ["--ignore=tests/browser", "--ignore=notebooks/zh", "--durations=15", "tests",
                                         "notebooks", *NBVAL,
                                         *extra], NO_MPL), report],
@@ -255,12 +257,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("paths", nargs="*", help="notebooks (only for `notebooks`; default: all)")
     parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help=f"pytest workers (default {DEFAULT_JOBS})")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--zh", action="store_true", help="lab only: open the Chinese edition (notebooks/zh/)")
     parser.add_argument("--no-venv", action="store_true",
                         help="use this Python (an activated conda environment): no .venv, no install")
     args = parser.parse_intermixed_args(argv)
     if args.paths and args.command != "notebooks":
         parser.error(f"`{args.command}` takes no paths (got {' '.join(args.paths)}); "
                      f"pass tool options after --, e.g. course.py {args.command} -- --help")
+    if args.zh and args.command != "lab":
+        parser.error(f"--zh opens the Chinese notebooks in `lab`; `{args.command}` has no --zh")
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: give 1 or more workers")
     args.extra = extra
@@ -283,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     python = sys.executable if args.no_venv else None
     needs_env = args.command not in ("clean",) and not args.no_venv
     steps = (install_steps() if needs_env else []) + plan(
-        args.command, python=python, jobs=args.jobs, paths=args.paths, extra=args.extra)
+        args.command, python=python, jobs=args.jobs, paths=args.paths, extra=args.extra, zh=args.zh)
     for step in steps:
         print(step.shown(), flush=True)
         if not args.dry_run:

@@ -7,7 +7,7 @@
 
 For laptops, ``--extra course.py constraints.txt ... --wheel-from dist`` also puts those files and the gpulab
 wheel beside ``notebooks/`` with a short README.md, so the folder, zipped, is all a learner needs:
-unzip it, then ``python course.py lab`` (Windows: ``py course.py lab``) installs the wheel and opens notebook 01.
+unzip it, then ``python3 course.py lab`` (Windows: ``py course.py lab``) installs the wheel and opens notebook 01.
 
 Cells are marked in the source notebooks with cell tags, so the build never guesses:
 
@@ -45,12 +45,13 @@ README = """# gpulab, student edition
 
 You need Python 3.10 or newer. Open a terminal in this folder and run:
 
-    python course.py lab
+    python3 course.py lab
 
 On Windows: `py course.py lab`. The first start creates `.venv` and installs the course from the
 `gpulab-*.whl` file beside this one (a few minutes: it downloads PyTorch). Later starts open at once.
 Start with notebook 01 and follow the "Next" link at the bottom of each notebook.
-`python course.py preflight` checks that the course will run on this machine.
+中文版：`python3 course.py lab --zh`（Windows：`py course.py lab --zh`）打开中文的笔记本 01。
+`python3 course.py preflight` checks that the course will run on this machine.
 If something fails, see TROUBLESHOOTING.md in this folder.
 """
 HEADER = ("> **Student edition.** The solutions are removed and the exercise cells are cleared: the answers are "

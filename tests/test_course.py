@@ -84,6 +84,7 @@ def test_every_make_target_calls_course_py_with_its_variables():
         "python3 course.py notebooks notebooks/03_single_device.ipynb"]
     assert _make_n("preflight", "PREFLIGHT_ARGS=--json r.json") == ["python3 course.py preflight -- --json r.json"]
     assert _make_n("test", "PYTHON=py") == ["py course.py test --jobs 2"]
+    assert _make_n("lab", "ZH=1") == ["python3 course.py lab --zh --"]
 
 
 def test_dry_run_prints_and_runs_nothing():
@@ -100,7 +101,10 @@ def test_extra_options_reach_the_tool_and_bad_input_is_one_line():
     lab = _dry("lab", "--", "--no-browser", "--port=8899").stdout.strip().splitlines()[-1]
     assert lab.endswith("-m jupyter lab --ServerApp.root_dir=. notebooks/01_why_gpus.ipynb --no-browser --port=8899")
     assert _dry("test-unit", "--", "-k", "course").stdout.strip().endswith("tests -k course")
+    zh = _dry("lab", "--zh").stdout.strip().splitlines()[-1]
+    assert zh.endswith(f"--ServerApp.root_dir=. {course.FIRST_NOTEBOOK_ZH}") and (ROOT / course.FIRST_NOTEBOOK_ZH).is_file()
     for args, words in [(["test", "--jobs", "0"], "--jobs 0"), (["lab", "x.ipynb"], "takes no paths"),
+                        (["test", "--zh"], "`test` has no --zh"),
                         (["bake"], "invalid choice: 'bake'")]:
         done = _dry(*args)
         assert done.returncode == 2 and words in done.stderr.strip().splitlines()[-1], done.stderr
