@@ -68,6 +68,17 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+def port(text: str) -> int:
+    """argparse type: a TCP port, 1..65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a port in 1..65535")
+    return value
+
+
 def one_or_more_of(allowed: Sequence[str], what: str) -> Callable[[str], list[str]]:
     """argparse type: comma-separated names from ``allowed`` (at least one), in the order given, each once."""
     def parse(text: str) -> list[str]:

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from gpulab.argtypes import positive_int  # noqa: E402
 from gpulab.atomic import atomic_write, write_json  # noqa: E402
 
 
@@ -68,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir", type=Path)
     parser.add_argument("notebooks", nargs="+", type=Path)
-    parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--timeout", type=int, default=300, help="seconds per notebook")
-    parser.add_argument("--cell-timeout", type=int, default=240)
+    parser.add_argument("--jobs", type=positive_int, default=1)
+    parser.add_argument("--timeout", type=positive_int, default=300, help="seconds per notebook")
+    parser.add_argument("--cell-timeout", type=positive_int, default=240)
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     missing = [str(p) for p in args.notebooks if not p.is_file()]

@@ -10,19 +10,8 @@ import argparse
 import os
 import sys
 
-from gpulab.argtypes import non_negative_int, positive_float, positive_int
+from gpulab.argtypes import non_negative_int, port, positive_float, positive_int
 from gpulab.experiment import add_recipe_options, recipe_from
-
-
-def port(text: str) -> int:
-    """argparse type: a TCP port, 1..65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a port in 1..65535")
-    return value
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

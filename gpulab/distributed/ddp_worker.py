@@ -21,6 +21,7 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
+from gpulab import argtypes
 from gpulab.atomic import torch_save, write_json
 from gpulab.distributed import checkpoint
 from gpulab.distributed.rank_io import exit_worker, prefix_output, rank_env, run_in_group
@@ -72,7 +73,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--save", help="rank 0 saves the final state_dict here")
     p.add_argument("--json", help="rank 0 writes metrics and history here")
     p.add_argument("--checkpoint-dir", help="checkpoint every epoch here and resume from the newest")
-    p.add_argument("--log-every", type=int, default=1, help="rank 0 logs every N epochs")
+    p.add_argument("--log-every", type=argtypes.positive_int, default=1, help="rank 0 logs every N epochs")
     p.add_argument("--pg-timeout", type=float, default=120.0, help="seconds any collective may wait")
     p.add_argument("--epoch-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # slows epochs for the crash test
     return p.parse_args(argv)

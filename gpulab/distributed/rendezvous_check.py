@@ -20,6 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from gpulab import argtypes
 from gpulab.distributed.processes import last_line
 from gpulab.distributed.rank_io import exit_worker
 from gpulab.distributed.rendezvous import current_plan
@@ -103,9 +104,9 @@ def rendezvous(world_size: int = 2, timeout: float = 60.0) -> Rendezvous:
 def _rank_main(argv: list[str] | None = None) -> int:
     """One rank: join the group through the store, all-reduce ``rank + 1``, check the sum."""
     parser = argparse.ArgumentParser(prog="python -m gpulab.distributed.rendezvous_check")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--rank", type=int, required=True)
-    parser.add_argument("--world-size", type=int, required=True)
+    parser.add_argument("--port", type=argtypes.port, required=True)
+    parser.add_argument("--rank", type=argtypes.non_negative_int, required=True)
+    parser.add_argument("--world-size", type=argtypes.positive_int, required=True)
     parser.add_argument("--timeout", type=float, required=True)
     args = parser.parse_args(argv)
 
