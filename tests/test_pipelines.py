@@ -240,3 +240,21 @@ def test_questions_13_choices():
     for q in QUESTIONS_13[1:]:
         whys = [o.why for o in q.options]
         assert len(set(whys)) == len(whys)
+
+
+def test_why_the_zero_bubble_schedules_need_2d_batches_holds_for_this_torch():
+    """Notebook 13 (and pipelines_probe.batch): on 3-D inputs a Linear returns a view, and the zero-bubble
+    schedules' input backward detaches the stage output in place, which a view refuses. Checked here step by
+    step in one process; a 2-rank ScheduleInterleavedZeroBubble run fails with exactly this cause."""
+    import inspect
+
+    from torch import nn
+    from torch.distributed.pipelining import _backward
+
+    assert "t.detach_()" in inspect.getsource(_backward.stage_backward_input)
+    layer = nn.Linear(8, 8)
+    flat, tokens = layer(torch.randn(6, 8, requires_grad=True)), layer(torch.randn(2, 3, 8, requires_grad=True))
+    assert not flat._is_view() and tokens._is_view()
+    flat.detach_()
+    with pytest.raises(RuntimeError, match="Can't detach views in-place"):
+        tokens.detach_()
