@@ -102,7 +102,8 @@ def test_extra_options_reach_the_tool_and_bad_input_is_one_line():
     assert lab.endswith("-m jupyter lab --ServerApp.root_dir=. notebooks/01_why_gpus.ipynb --no-browser --port=8899")
     assert _dry("test-unit", "--", "-k", "course").stdout.strip().endswith("tests -k course")
     zh = _dry("lab", "--zh").stdout.strip().splitlines()[-1]
-    assert zh.endswith(f"--ServerApp.root_dir=. {course.FIRST_NOTEBOOK_ZH}") and (ROOT / course.FIRST_NOTEBOOK_ZH).is_file()
+    assert zh.endswith(f"--ServerApp.root_dir=. {course.FIRST_NOTEBOOK_ZH}")
+    assert (ROOT / course.FIRST_NOTEBOOK_ZH).is_file()
     for args, words in [(["test", "--jobs", "0"], "--jobs 0"), (["lab", "x.ipynb"], "takes no paths"),
                         (["test", "--zh"], "`test` has no --zh"),
                         (["bake"], "invalid choice: 'bake'")]:

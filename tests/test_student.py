@@ -298,7 +298,8 @@ def test_laptop_edition_holds_what_a_learner_needs_and_installs_its_wheel(tagged
                                                   "constraints.txt", "TROUBLESHOOTING.md", "LICENSE", wheel.name}
     assert "GLOSSARY.md" in names  # files the notebooks link: scripts/ they cite, the glossary
     readme = (out / "README.md").read_text(encoding="utf-8")
-    assert "python3 course.py lab" in readme and "py course.py lab" in readme and "lab --zh" in readme and "TROUBLESHOOTING.md" in readme
+    for words in ("python3 course.py lab", "py course.py lab", "lab --zh", "TROUBLESHOOTING.md"):
+        assert words in readme, words
     done = subprocess.run([sys.executable, str(out / "course.py"), "lab", "--dry-run"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     lines = done.stdout.strip().splitlines()
