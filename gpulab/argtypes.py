@@ -70,11 +70,8 @@ def int_list(text: str) -> list[int]:
 
 def port(text: str) -> int:
     """argparse type: a TCP port, 1..65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 1 <= value <= 65535:
+    value = _int_at_least(text, 1, "a port in 1..65535")
+    if value > 65535:
         raise argparse.ArgumentTypeError(f"{text!r} must be a port in 1..65535")
     return value
 

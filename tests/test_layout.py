@@ -107,16 +107,19 @@ def test_one_timer():
 TIMING_DEMO = ("03_single_device.ipynb", "wrong = time.perf_counter() - start")
 
 
+def code_cells(notebooks: list[Path]):
+    """``(notebook path, cell index, cell, source)`` of every code cell of ``notebooks``."""
+    for path in notebooks:
+        for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+            if cell["cell_type"] == "code":
+                yield path, i, cell, "".join(cell["source"])
+
+
 def hand_timed_cells(notebooks: list[Path]) -> list[str]:
     """``notebook cell ID`` of every code cell that reads a clock itself (the timing demo of 03 left out)."""
-    found = []
-    for path in notebooks:
-        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
-            text = "".join(cell["source"])
-            if cell["cell_type"] == "code" and re.search(r"\bperf_counter\b|\btime\.time\(", text) \
-                    and not (path.name == TIMING_DEMO[0] and TIMING_DEMO[1] in text):
-                found.append(f"{path.name} cell {cell['id']}")
-    return found
+    return [f"{path.name} cell {cell['id']}" for path, _, cell, text in code_cells(notebooks)
+            if re.search(r"\bperf_counter\b|\btime\.time\(", text)
+            and not (path.name == TIMING_DEMO[0] and TIMING_DEMO[1] in text)]
 
 
 def test_notebooks_time_with_the_one_timer_too(tmp_path):
@@ -154,15 +157,9 @@ def test_private_torch_names_live_in_one_module():
 
 
 def test_notebooks_use_no_private_torch_name():
-    import json
-
-    found = []
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
-            if cell["cell_type"] == "code":
-                for line in "".join(cell["source"]).splitlines():
-                    if re.search(PRIVATE_TORCH, line.split("#")[0]):
-                        found.append(f"{path.name} cell {i}: {line.strip()}")
+    found = [f"{path.name} cell {i}: {line.strip()}"
+             for path, i, _, text in code_cells(sorted((ROOT / "notebooks").glob("*.ipynb")))
+             for line in text.splitlines() if re.search(PRIVATE_TORCH, line.split("#")[0])]
     assert not found, "\n".join(found)
 
 
