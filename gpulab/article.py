@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpulab.devices import pick_device
+from gpulab.devices import model_device, pick_device
 from gpulab.timing import Stopwatch
 from gpulab.train import History
 from gpulab.validate import non_negative_int, positive_int
@@ -60,20 +60,20 @@ def train_article(
     *,
     epochs: int = 100,
     lr: float = 0.01,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = None,
     optimizer: torch.optim.Optimizer | None = None,
     loss_item_per_batch: bool = False,
 ) -> History:
     """Train as the article does: per batch ``.type(torch.FloatTensor).to(device)``; returns a ``History``.
 
-    ``model`` must already be on ``device``. Loss is ``nn.MSELoss()``, optimizer Adam with ``lr``.
+    ``device`` is where ``model`` is (given, it must agree: a one-line ``ValueError`` otherwise). Loss is ``nn.MSELoss()``, optimizer Adam with ``lr``.
     ``loss_item_per_batch`` reads ``loss.item()`` after every step (a device sync per batch on a
     GPU), which the article does not do; the epoch's mean loss is the same either way.
     """
     non_negative_int(epochs, "epochs")
     if not isinstance(loss_item_per_batch, bool):
         raise ValueError(f"loss_item_per_batch={loss_item_per_batch!r} must be True or False")
-    device = pick_device(device)
+    device = model_device(model, device, who="train_article")
     optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr)
     criterion = nn.MSELoss()
     history = History(device=str(device))

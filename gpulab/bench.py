@@ -76,7 +76,7 @@ def _oom_error(what: str, device: torch.device, nbytes: int) -> ValueError:
 # ----------------------------------------------------------------------------- probes
 
 
-def matmul_probe(device: str | torch.device = "auto", size: int = 512, dtype: str | torch.dtype = "float32", *,
+def matmul_probe(device: str | torch.device, size: int = 512, dtype: str | torch.dtype = "float32", *,
                  threads: int | None = None, min_run_time: float = 0.1,
                  matmul_precision: str | None = None) -> BenchResult:
     """Time ``a @ b`` for two ``size x size`` matrices; rate in GFLOP/s (``2 size^3`` operations).
@@ -116,7 +116,7 @@ def _copy_tensors(kind: str, dev: torch.device, elements: int, dtype: torch.dtyp
     return {"src": src, "dst": dst}
 
 
-def copy_probe(device: str | torch.device = "auto", size_mb: int = 64, kind: str = "device", *,
+def copy_probe(device: str | torch.device, size_mb: int = 64, kind: str = "device", *,
                pinned: bool = False, non_blocking: bool = False, dtype: str | torch.dtype = "float32",
                threads: int | None = None, min_run_time: float = 0.1) -> BenchResult:
     """Time moving ``size_mb`` MiB; rate in GB/s (1 GB = 1e9 bytes).
@@ -157,7 +157,7 @@ def copy_probe(device: str | torch.device = "auto", size_mb: int = 64, kind: str
                    bytes_moved=moved, repeats=repeats)
 
 
-def matmul_sweep(device: str | torch.device = "auto", sizes: Iterable[int] = (256, 512),
+def matmul_sweep(device: str | torch.device, sizes: Iterable[int] = (256, 512),
                  dtype: str | torch.dtype = "float32", *, threads: int | None = None,
                  min_run_time: float = 0.1, matmul_precision: str | None = None) -> list[BenchResult]:
     """:func:`matmul_probe` for each size (all arguments are validated before anything runs)."""
@@ -170,7 +170,7 @@ def matmul_sweep(device: str | torch.device = "auto", sizes: Iterable[int] = (25
                          matmul_precision=matmul_precision) for s in sizes]
 
 
-def copy_sweep(device: str | torch.device = "auto", sizes_mb: Iterable[int] = (16, 64), kind: str = "device", *,
+def copy_sweep(device: str | torch.device, sizes_mb: Iterable[int] = (16, 64), kind: str = "device", *,
                pinned: bool = False, non_blocking: bool = False, dtype: str | torch.dtype = "float32",
                threads: int | None = None, min_run_time: float = 0.1) -> list[BenchResult]:
     """:func:`copy_probe` for each size in MiB (all sizes are validated before anything runs)."""

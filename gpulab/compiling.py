@@ -109,7 +109,7 @@ def check_cpu_instructions() -> str | None:
 
 
 def measure_compile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: float = 0.01,
-                    min_run_time: float = 0.3, device: str | torch.device = "cpu", fresh: bool = True,
+                    min_run_time: float = 0.3, device: str | torch.device | None = None, fresh: bool = True,
                     keep_code: bool = False) -> CompileTiming:
     """Time :func:`gpulab.step.train_step` of ``model`` (Adam, MSE) eager and with ``torch.compile(copy of model)``.
 
@@ -121,13 +121,14 @@ def measure_compile(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: f
     step is a cold compile of the model even when this ran before. On a CPU the machine's one-off
     check of its vector instructions (:func:`check_cpu_instructions`) runs before the clock starts,
     with the caches as they are: only a machine's first compile ever pays it. ``keep_code`` keeps
-    inductor's code in ``.code`` (:func:`output_code`). Raises ValueError where :func:`compile_support` says no.
+    inductor's code in ``.code`` (:func:`output_code`). It runs where ``model`` is (``device``, when given,
+    must agree). Raises ValueError where :func:`compile_support` says no.
     """
-    support = compile_support(device)
+    dev = devices.model_device(model, device, who="measure_compile")
+    support = compile_support(dev)
     if not support["ok"]:
         raise ValueError(skip_message(support))
-    dev = devices.pick_device(device)
-    eager = model.to(dev)
+    eager = model
     compiled_model = copy.deepcopy(eager)
     compiled = torch.compile(compiled_model)
     opt_e = torch.optim.Adam(eager.parameters(), lr=lr)
@@ -162,19 +163,19 @@ def adam_default_impl(params: Iterable[torch.Tensor]) -> str:
 
 
 def time_adam(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variants: dict[str, dict], *, lr: float = 0.01,
-              min_run_time: float = 0.1, device: str | torch.device = "cpu") -> dict[str, tuple[float, float]]:
+              min_run_time: float = 0.1, device: str | torch.device | None = None) -> dict[str, tuple[float, float]]:
     """Seconds of one :func:`gpulab.step.train_step` and of ``optimizer.step()`` alone, per Adam variant.
 
     ``variants`` maps a name to ``torch.optim.Adam`` keywords, e.g. ``{"default": {}, "fused": {"fused": True}}``;
-    each variant trains its own copy of ``model``.
+    each variant trains its own copy of ``model``, where ``model`` is (``device``, when given, must agree).
     """
     if not variants:
         raise ValueError("variants is empty: give at least one, e.g. {'default': {}}")
-    dev = devices.pick_device(device)
+    dev = devices.model_device(model, device, who="time_adam")
     x, y = x.to(dev), y.to(dev)
     out = {}
     for name, kwargs in variants.items():
-        m = copy.deepcopy(model).to(dev)
+        m = copy.deepcopy(model)
         opt = torch.optim.Adam(m.parameters(), lr=lr, **kwargs)
         env = {"step": train_step, "m": m, "o": opt, "x": x, "y": y}
         step_s, _ = time_call("step(m, o, x, y)", env, dev, min_run_time=min_run_time)

@@ -1,6 +1,6 @@
 """A CPU's theoretical float32 peak: cores x clock x FLOP per cycle, with the derivation spelled out.
 
-FLOP per cycle per core comes from the CPU's instruction-set flags (``gpulab.devices.cpu_flags``):
+FLOP per cycle per core comes from the CPU's instruction-set flags (``gpulab.cpu_info.cpu_flags``):
 
 - vector width: ``avx512f`` 512 bits = 16 float32 lanes; ``avx2`` / ``avx`` 256 bits = 8 lanes;
   ``sse2`` 128 bits = 4 lanes; ARM ``asimd`` (NEON) 128 bits = 4 lanes;
@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterable
 
-from gpulab import devices
+from gpulab import cpu_info
 from gpulab.validate import positive_number
 
 FMA_UNITS = 2
@@ -98,11 +98,11 @@ def cpu_peak(cores: int | None, clock_mhz: float | None, flags: Iterable[str] | 
 
 
 def this_cpu_peak() -> CpuPeak:
-    """:func:`cpu_peak` of this machine: physical cores (psutil), clock and flags from :mod:`gpulab.devices`."""
+    """:func:`cpu_peak` of this machine: physical cores (psutil), clock and flags from :mod:`gpulab.cpu_info`."""
     import psutil
 
     cores, source = psutil.cpu_count(logical=False), "physical cores, psutil.cpu_count(logical=False)"
     if not cores:
         cores, source = os.cpu_count(), "logical CPUs, os.cpu_count(): physical count unknown"
-    mhz, clock_source = devices.cpu_clock_mhz()
-    return cpu_peak(cores, mhz, devices.cpu_flags(), clock_source=clock_source, cores_source=source)
+    mhz, clock_source = cpu_info.cpu_clock_mhz()
+    return cpu_peak(cores, mhz, cpu_info.cpu_flags(), clock_source=clock_source, cores_source=source)

@@ -6,17 +6,20 @@ On a machine with no accelerator, ``list_devices()`` returns exactly one entry, 
 
 ``pick_device("auto")`` prefers CUDA (ROCm builds show up as CUDA), then Apple MPS, then
 Intel XPU, then the CPU. Everything here is evaluated when called, never at import time.
+
+Who chooses: only a notebook or the command line picks a device ("auto"), once. A library function
+that is given a model runs where the model is (:func:`model_device`); a ``device`` passed to it as
+well is a check, and one that disagrees is a one-line error, never a silent move.
 """
 
 from __future__ import annotations
 
-import platform as _platform
 import re
-import subprocess
-import sys
 from dataclasses import asdict, dataclass
 
 import torch
+
+from gpulab.cpu_info import cpu_description
 
 CHOICES = ("auto", "cpu", "cuda", "cuda:N", "mps", "xpu")
 _NAME = re.compile(r"^(cpu|mps|cuda|xpu)(?::(\d+))?$")
@@ -58,88 +61,6 @@ def xpu_available() -> bool:
     """True where an Intel GPU (XPU) is usable."""
     xpu = getattr(torch, "xpu", None)
     return bool(xpu is not None and xpu.is_available())
-
-
-CPUINFO = "/proc/cpuinfo"
-
-
-def _cpuinfo_field(keys: tuple[str, ...], path: str = CPUINFO) -> str | None:
-    """The value of the first ``key : value`` line of Linux's cpuinfo file whose key is in ``keys``."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                key, sep, value = line.partition(":")
-                if sep and key.strip() in keys:
-                    return value.strip() or None
-    except OSError:
-        pass
-    return None
-
-
-def _linux_cpu_name(path: str = CPUINFO) -> str | None:
-    """The ``model name`` line of Linux's cpuinfo file, if the file exists and has one."""
-    return _cpuinfo_field(("model name",), path)
-
-
-def cpu_flags(path: str = CPUINFO) -> frozenset[str] | None:
-    """The CPU's instruction-set flags (``avx2``, ``fma``, ``avx512f``; ARM: ``asimd``...) from Linux's cpuinfo.
-
-    ``None`` where there is no such file (macOS, Windows): the flags are then unknown, not absent.
-    """
-    value = _cpuinfo_field(("flags", "Features"), path)
-    return frozenset(value.lower().split()) if value else None
-
-
-def cpu_clock_mhz(path: str = CPUINFO) -> tuple[float | None, str]:
-    """The CPU clock in MHz and where it came from; ``(None, "unknown ...")`` when no source answers.
-
-    First ``psutil.cpu_freq()`` (its ``max``, else ``current``; works on Linux, Windows, Intel macs),
-    then the ``cpu MHz`` line of Linux's cpuinfo (the current clock, which changes with load).
-    """
-    import psutil
-
-    try:
-        freq = psutil.cpu_freq()
-    except (AttributeError, NotImplementedError, OSError, RuntimeError):
-        freq = None
-    if freq is not None:
-        if freq.max and freq.max > 0:
-            return float(freq.max), "psutil.cpu_freq().max"
-        if freq.current and freq.current > 0:
-            return float(freq.current), "psutil.cpu_freq().current"
-    value = _cpuinfo_field(("cpu MHz",), path)
-    try:
-        mhz = float(value) if value else 0.0
-    except ValueError:
-        mhz = 0.0
-    if mhz > 0:
-        return mhz, "'cpu MHz' in /proc/cpuinfo (the current clock)"
-    return None, "unknown (neither psutil.cpu_freq() nor /proc/cpuinfo gives a clock on this OS)"
-
-
-def _macos_cpu_name(timeout: float = 2.0) -> str | None:
-    """``sysctl -n machdep.cpu.brand_string`` (e.g. "Apple M2"), if it answers within ``timeout`` s."""
-    try:
-        out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
-                             timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return (out.stdout.strip() or None) if out.returncode == 0 else None
-
-
-def cpu_description(platform: str | None = None) -> str:
-    """The processor's name as the OS tells it, else the architecture, else ``"CPU"``.
-
-    Linux: ``/proc/cpuinfo``; macOS: ``sysctl``; Windows and others: ``platform.processor()``.
-    ``platform`` (a ``sys.platform`` value) defaults to this machine's.
-    """
-    platform = sys.platform if platform is None else platform
-    name = None
-    if platform.startswith("linux"):
-        name = _linux_cpu_name()
-    elif platform == "darwin":
-        name = _macos_cpu_name()
-    return name or _platform.processor() or _platform.machine() or "CPU"
 
 
 def list_devices() -> list[DeviceInfo]:
@@ -217,6 +138,43 @@ def pick_device(name: str | torch.device = "auto") -> torch.device:
     return torch.device(kind) if kind == "mps" else torch.device(kind, i)
 
 
+def device_of(model: torch.nn.Module) -> torch.device | None:
+    """The one device holding ``model``'s parameters and buffers; None for a model with neither.
+
+    Raises a one-line ``ValueError`` when they are spread over several devices (a half-moved model).
+    """
+    found = {t.device for t in (*model.parameters(), *model.buffers())}
+    if len(found) > 1:
+        names = ", ".join(sorted(str(d) for d in found))
+        raise ValueError(f"the model's weights are on several devices ({names}): move the whole model "
+                         f"with model.to(device) first")
+    return next(iter(found), None)
+
+
+def same_device(a: str | torch.device, b: str | torch.device) -> bool:
+    """True when ``a`` and ``b`` name one device: ``mps`` is ``mps:0``, ``cuda`` is ``cuda:0``."""
+    a, b = torch.device(a), torch.device(b)
+    return a.type == b.type and (a.index or 0) == (b.index or 0)
+
+
+def model_device(model: torch.nn.Module, device: str | torch.device | None = None, *,
+                 who: str = "this function") -> torch.device:
+    """The device work on ``model`` runs on: where its weights are (the CPU for a model with none).
+
+    ``device`` is a check, not a choice: when given, it must name that same device (``"cuda"`` is
+    ``cuda:0``; ``"auto"`` is what :func:`pick_device` picks), else a one-line ``ValueError`` says
+    where the model is and how to agree. Data is then moved to the model, never the model to the data.
+    """
+    where = device_of(model)
+    if device is None:
+        return where if where is not None else torch.device("cpu")
+    asked = torch.device("meta") if str(device) == "meta" else pick_device(device)
+    if where is not None and not same_device(where, asked):
+        raise ValueError(f"{who}: device={str(device)!r} is {asked} but the model's weights are on {where}: "
+                         f"move the model first (model.to({str(asked)!r})) or leave device out to run on {where}")
+    return asked
+
+
 def synchronize(device: str | torch.device) -> None:
     """Wait until queued work on ``device`` is done (needed before reading a clock); no-op on CPU."""
     device = torch.device(device)
@@ -228,7 +186,7 @@ def synchronize(device: str | torch.device) -> None:
         torch.xpu.synchronize(device)
 
 
-def describe(device: str | torch.device = "auto") -> DeviceInfo:
+def describe(device: str | torch.device) -> DeviceInfo:
     """The ``DeviceInfo`` of one usable device (``"cuda"`` means ``cuda:0``); ValueError if absent."""
     picked = pick_device(device)
     name = str(picked) if picked.type != "mps" else "mps"

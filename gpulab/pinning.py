@@ -96,7 +96,7 @@ def who_pins() -> list[dict]:
     return rows
 
 
-def loader_probe(device: str | torch.device = "auto", size_mb: int = 256, *, batch_rows: int = 4096,
+def loader_probe(device: str | torch.device, size_mb: int = 256, *, batch_rows: int = 4096,
                  features: int = 1024, pin_memory: bool = False, non_blocking: bool = False,
                  num_workers: int = 0, min_run_time: float = 0.2) -> bench_results.BenchResult:
     """Seconds of one pass over ``size_mb`` MiB of float32 rows, each batch moved to ``device``; GB/s.

@@ -149,7 +149,7 @@ def autocast_output_dtype(device: str | torch.device, dtype: str | torch.dtype) 
         return None
 
 
-def bf16_supported(device: str | torch.device = "auto", native: bool = True) -> bool:
+def bf16_supported(device: str | torch.device, native: bool = True) -> bool:
     """True where bfloat16 math is supported on ``device``.
 
     On CUDA, ``native=True`` asks for hardware support (compute capability >= 8.0, Ampere and newer).

@@ -128,18 +128,19 @@ def _batches(loader: Iterable):
 
 
 def profile_steps(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Iterable, *, steps: int = 5,
-                  wait: int = 1, warmup: int = 1, loss_fn: Callable | None = None, device: str | torch.device = "cpu",
+                  wait: int = 1, warmup: int = 1, loss_fn: Callable | None = None, device: str | torch.device | None = None,
                   trace_path: str | Path | None = None) -> StepProfile:
     """Train under ``torch.profiler.schedule(wait=wait, warmup=warmup, active=steps)``, phases labelled.
 
     ``wait`` steps run with the profiler off (the first call of anything pays one-off costs),
     ``warmup`` steps with it on but discarded (torch warns that 0 skews the results), then ``steps``
-    are recorded. ``loader`` yields ``(x, y)`` batches and is restarted when it runs out.
+    are recorded. ``loader`` yields ``(x, y)`` batches and is restarted when it runs out; they are moved to
+    where ``model`` is (``device``, when given, must agree).
     ``trace_path`` (optional) receives the recorded steps as a Chrome/Perfetto trace, written by the
     profiler's ``on_trace_ready`` callback (open it at https://ui.perfetto.dev or chrome://tracing).
     """
     steps, wait, warmup = positive_int(steps, "steps"), non_negative_int(wait, "wait"), positive_int(warmup, "warmup")
-    device = devices.pick_device(device)
+    device = devices.model_device(model, device, who="profile_steps")
     loss_fn = loss_fn or nn.MSELoss()
     batches = _batches(loader)
     sync = devices.synchronize

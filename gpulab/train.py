@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 import torch
 from torch import nn
 
-from gpulab.devices import pick_device
+from gpulab.devices import model_device
 from gpulab.step import train_step
 from gpulab.timing import Stopwatch
 from gpulab.validate import non_negative_int, positive_int
@@ -103,9 +103,10 @@ def fit(
 ) -> History:
     """Train ``model`` and return its ``History``.
 
-    ``data`` is either ``(X, y)`` tensors (moved to ``device`` once, batches by index), or any
-    iterable of ``(x, y)`` batches such as a ``DataLoader`` (each batch moved as it comes).
-    ``model`` must already be on ``device`` (or be a DDP/DataParallel wrapper of such a model).
+    Training runs where ``model`` is (or, for a DDP/DataParallel wrapper, where the model inside is):
+    ``data`` is either ``(X, y)`` tensors (moved there once, batches by index), or any iterable of
+    ``(x, y)`` batches such as a ``DataLoader`` (each batch moved as it comes). ``device`` is only a
+    check: one that is not where the model is raises a one-line ``ValueError``.
     ``optimizer`` defaults to Adam with ``lr``; ``loss_fn`` to ``nn.MSELoss()`` (a mean).
     ``autocast_dtype`` (``torch.bfloat16``/``torch.float16``) runs the forward pass under
     ``torch.autocast``; float16 on CUDA also uses a ``GradScaler``. ``on_epoch_end(epoch, history)``
@@ -116,7 +117,7 @@ def fit(
     """
     non_negative_int(epochs, "epochs")
     positive_int(accumulate, "accumulate")
-    device = pick_device("auto" if device is None else device)
+    device = model_device(model, device, who="fit")
     optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr)
     loss_fn = loss_fn or nn.MSELoss()
     use_scaler = autocast_dtype == torch.float16 and device.type == "cuda"

@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:  # the script runs from a checkout: gpulab comes f
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from gpulab import (argtypes, bench, bench_results, devices, gpu_reference, memory, models, nvidia_smi,  # noqa: E402
+from gpulab import (argtypes, bench, bench_results, cpu_info, gpu_reference, memory, models, nvidia_smi,  # noqa: E402
                     pinning, precision, timing)
 from gpulab.atomic import write_json  # noqa: E402
 from gpulab.bench_results import now, read_json  # noqa: E402
@@ -59,7 +59,7 @@ class Skip(Exception):
 
 def environment() -> dict:
     """Versions, the device's properties and settings, and what nvidia-smi says."""
-    env = {**bench_results.environment(), "date": now(), "cpu": devices.cpu_description(), "cpu_count": os.cpu_count(),
+    env = {**bench_results.environment(), "date": now(), "cpu": cpu_info.cpu_description(), "cpu_count": os.cpu_count(),
            "threads": torch.get_num_threads(), "cuda_runtime": torch.version.cuda, "torch_git": torch.version.git_version,
            "allow_tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "allow_tf32_cudnn": torch.backends.cudnn.allow_tf32,
            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"), "machine": platform.machine()}

@@ -16,3 +16,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     reason = "needs a CUDA device: torch.cuda.is_available() is False on this machine"
     for item in gpu_items:
         item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def cuda_reported(monkeypatch):
+    """torch says one CUDA device is available, whether or not there is one.
+
+    On a CPU-only build any real use of CUDA still fails ("Torch not compiled with CUDA enabled"), so code
+    that picks "auto" behind the caller's back, or moves data to a GPU the model is not on, fails here
+    as it would on a GPU machine. This is how CI, which has no GPU, catches that class of bug.
+    """
+    import torch
+
+    count = max(1, torch.cuda.device_count())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gpulab import devices
+from gpulab import cpu_info, devices
 
 NO_GPU = not torch.cuda.is_available() and not devices.mps_available() and not devices.xpu_available()
 cpu_only = pytest.mark.skipif(not NO_GPU, reason="documents the CPU-only result")
@@ -132,18 +132,18 @@ def test_fake_mps_is_listed_and_picked(monkeypatch):
 def test_cpu_name_on_linux_comes_from_cpuinfo(monkeypatch, tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nmodel name\t: Fake EPYC 9999\n")
-    assert devices._linux_cpu_name(str(info)) == "Fake EPYC 9999"
-    monkeypatch.setattr(devices.subprocess, "run", lambda *a, **k: pytest.fail("no sysctl on Linux"))
-    monkeypatch.setattr(devices, "_linux_cpu_name", lambda: "Fake EPYC 9999")
-    assert devices.cpu_description("linux") == "Fake EPYC 9999"
+    assert cpu_info._linux_cpu_name(str(info)) == "Fake EPYC 9999"
+    monkeypatch.setattr(cpu_info.subprocess, "run", lambda *a, **k: pytest.fail("no sysctl on Linux"))
+    monkeypatch.setattr(cpu_info, "_linux_cpu_name", lambda: "Fake EPYC 9999")
+    assert cpu_info.cpu_description("linux") == "Fake EPYC 9999"
 
 
 def test_linux_without_cpuinfo_falls_back_to_the_architecture(monkeypatch, tmp_path):
-    assert devices._linux_cpu_name(str(tmp_path / "missing")) is None
-    monkeypatch.setattr(devices, "_linux_cpu_name", lambda: None)
-    monkeypatch.setattr(devices._platform, "processor", lambda: "")
-    monkeypatch.setattr(devices._platform, "machine", lambda: "aarch64")
-    assert devices.cpu_description("linux") == "aarch64"
+    assert cpu_info._linux_cpu_name(str(tmp_path / "missing")) is None
+    monkeypatch.setattr(cpu_info, "_linux_cpu_name", lambda: None)
+    monkeypatch.setattr(cpu_info._platform, "processor", lambda: "")
+    monkeypatch.setattr(cpu_info._platform, "machine", lambda: "aarch64")
+    assert cpu_info.cpu_description("linux") == "aarch64"
 
 
 def test_macos_asks_sysctl_with_a_timeout(monkeypatch):
@@ -155,9 +155,9 @@ def test_macos_asks_sysctl_with_a_timeout(monkeypatch):
         calls.append((cmd, kwargs.get("timeout")))
         return subprocess.CompletedProcess(cmd, 0, "Apple M3 Pro\n", "")
 
-    monkeypatch.setattr(devices.subprocess, "run", fake_run)
-    monkeypatch.setattr(devices, "_linux_cpu_name", lambda: pytest.fail("macOS has no cpuinfo file"))
-    assert devices.cpu_description("darwin") == "Apple M3 Pro"
+    monkeypatch.setattr(cpu_info.subprocess, "run", fake_run)
+    monkeypatch.setattr(cpu_info, "_linux_cpu_name", lambda: pytest.fail("macOS has no cpuinfo file"))
+    assert cpu_info.cpu_description("darwin") == "Apple M3 Pro"
     assert calls[0][0] == ["sysctl", "-n", "machdep.cpu.brand_string"] and 0 < calls[0][1] <= 5
 
 
@@ -172,16 +172,16 @@ def test_macos_falls_back_when_sysctl_fails(monkeypatch, failure):
             raise FileNotFoundError(cmd[0])
         return subprocess.CompletedProcess(cmd, 1, "", "unknown oid")
 
-    monkeypatch.setattr(devices.subprocess, "run", fake_run)
-    monkeypatch.setattr(devices._platform, "processor", lambda: "arm")
-    assert devices.cpu_description("darwin") == "arm"
+    monkeypatch.setattr(cpu_info.subprocess, "run", fake_run)
+    monkeypatch.setattr(cpu_info._platform, "processor", lambda: "arm")
+    assert cpu_info.cpu_description("darwin") == "arm"
 
 
 def test_windows_uses_platform_processor(monkeypatch):
-    monkeypatch.setattr(devices.subprocess, "run", lambda *a, **k: pytest.fail("no sysctl on Windows"))
-    monkeypatch.setattr(devices, "_linux_cpu_name", lambda: pytest.fail("no cpuinfo on Windows"))
-    monkeypatch.setattr(devices._platform, "processor", lambda: "Intel64 Family 6 Model 154, GenuineIntel")
-    assert devices.cpu_description("win32") == "Intel64 Family 6 Model 154, GenuineIntel"
-    monkeypatch.setattr(devices._platform, "processor", lambda: "")
-    monkeypatch.setattr(devices._platform, "machine", lambda: "")
-    assert devices.cpu_description("win32") == "CPU"
+    monkeypatch.setattr(cpu_info.subprocess, "run", lambda *a, **k: pytest.fail("no sysctl on Windows"))
+    monkeypatch.setattr(cpu_info, "_linux_cpu_name", lambda: pytest.fail("no cpuinfo on Windows"))
+    monkeypatch.setattr(cpu_info._platform, "processor", lambda: "Intel64 Family 6 Model 154, GenuineIntel")
+    assert cpu_info.cpu_description("win32") == "Intel64 Family 6 Model 154, GenuineIntel"
+    monkeypatch.setattr(cpu_info._platform, "processor", lambda: "")
+    monkeypatch.setattr(cpu_info._platform, "machine", lambda: "")
+    assert cpu_info.cpu_description("win32") == "CPU"

@@ -14,7 +14,7 @@ from torch import nn
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from gpulab import bench, bench_results, cpupeak, devices, memory, opcount, roofline
+from gpulab import bench, bench_results, cpu_info, cpupeak, devices, memory, opcount, roofline
 from gpulab.exercises.quiz import check  # noqa: E402
 from gpulab.exercises.roofline import cases, check_bound  # noqa: E402
 from gpulab.models import Net1  # noqa: E402
@@ -184,17 +184,17 @@ def test_cpu_flags_and_clock_from_cpuinfo(tmp_path, monkeypatch):
     x86.write_text("processor\t: 0\nmodel name\t: Fake\ncpu MHz\t\t: 2445.4\nflags\t\t: fpu AVX2 fma\n")
     arm = tmp_path / "arm"
     arm.write_text("processor\t: 0\nFeatures\t: fp asimd evtstrm\n")
-    assert devices.cpu_flags(str(x86)) == {"fpu", "avx2", "fma"}
-    assert devices.cpu_flags(str(arm)) == {"fp", "asimd", "evtstrm"}
-    assert devices.cpu_flags(str(tmp_path / "missing")) is None
+    assert cpu_info.cpu_flags(str(x86)) == {"fpu", "avx2", "fma"}
+    assert cpu_info.cpu_flags(str(arm)) == {"fp", "asimd", "evtstrm"}
+    assert cpu_info.cpu_flags(str(tmp_path / "missing")) is None
     import psutil
 
     monkeypatch.setattr(psutil, "cpu_freq", lambda: SimpleNamespace(current=3000.0, min=0.0, max=0.0))
-    assert devices.cpu_clock_mhz(str(x86)) == (3000.0, "psutil.cpu_freq().current")
+    assert cpu_info.cpu_clock_mhz(str(x86)) == (3000.0, "psutil.cpu_freq().current")
     monkeypatch.setattr(psutil, "cpu_freq", lambda: None)
-    mhz, source = devices.cpu_clock_mhz(str(x86))
+    mhz, source = cpu_info.cpu_clock_mhz(str(x86))
     assert mhz == 2445.4 and "cpuinfo" in source
-    mhz, source = devices.cpu_clock_mhz(str(tmp_path / "missing"))
+    mhz, source = cpu_info.cpu_clock_mhz(str(tmp_path / "missing"))
     assert mhz is None and source.startswith("unknown")
 
 
