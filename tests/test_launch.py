@@ -12,8 +12,9 @@ import pytest
 
 from gpulab.distributed import torchrun
 from gpulab.distributed import torchrun_command as command_module
-from gpulab.distributed.launch_result import LaunchError, LaunchTimeout, line_rank
+from gpulab.distributed.launch_result import LaunchError, LaunchTimeout, failure, line_rank, rank_failures
 from gpulab.distributed.processes import alive
+from gpulab.distributed.rank_io import FAILED
 from gpulab.distributed.torchrun import Torchrun
 from gpulab.distributed.torchrun_command import check_nproc, torchrun_command
 
@@ -39,6 +40,14 @@ SCRIPT = textwrap.dedent(
     elif mode == "env":
         for name in ("MASTER_ADDR", "GLOO_SOCKET_IFNAME", "USE_LIBUV", "OMP_NUM_THREADS"):
             print(f"{name}={os.environ.get(name)}")
+    elif mode == "race":  # rank 1 raises; rank 0 then loses its peer inside an all-reduce
+        import torch, torch.distributed as dist
+        from gpulab.distributed.rank_io import run_in_group
+        def body():
+            if rank == 1:
+                raise RuntimeError("rank one broke on purpose")
+            dist.all_reduce(torch.ones(1))
+        sys.exit(run_in_group("gloo", 20, body))
     elif mode == "tick":
         print("ready", flush=True)
         for _ in range(600):
@@ -173,6 +182,62 @@ def test_failing_rank_is_named_with_its_last_lines(script):
     assert "rank 1 failed" in str(err) and "rank one broke on purpose" in str(err)
     assert "[rank 1] starting" in str(err) and "[rank 0]" not in str(err)
     assert any(line.startswith("[rank 1] RuntimeError") for line in seen)  # streamed live
+
+
+@pytest.mark.slow
+def test_the_rank_that_raised_first_is_named_not_the_one_that_lost_its_peer(script):
+    with pytest.raises(LaunchError) as info:
+        torchrun.launch(script, ["race"], nproc=2, module=False, timeout=60, on_line=None)
+    err = info.value
+    assert err.rank == 1, str(err)
+    assert str(err).startswith("rank 1 failed first: RuntimeError: rank one broke on purpose")
+    assert "[rank 0]" not in str(err) and FAILED not in str(err)
+
+
+def _failed(rank: int, when: float, error: str) -> str:
+    return f"[rank {rank}] {FAILED} {when:.6f}: {error}"
+
+
+TORCHRUN_REPORT = ["Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)",
+                   "  exitcode  : 1 (pid: 885)"]
+
+
+@pytest.mark.parametrize("rank0_when", [1.0, 3.0], ids=["rank-0-noticed-earlier", "rank-0-noticed-later"])
+def test_an_error_of_its_own_beats_a_lost_peer_whatever_the_clock_says(rank0_when):
+    lines = ["[rank 1] Traceback (most recent call last):", "[rank 1] RuntimeError: Pair is not connected",
+             _failed(1, 2.0, "RuntimeError: [enforce fail at pair.cc:789] Pair is not connected"),
+             "[rank 0] Traceback (most recent call last):", "[rank 0] RuntimeError: Connection closed by peer",
+             _failed(0, rank0_when, "RuntimeError: [pair.cc:547] Connection closed by peer [127.0.0.1]:9648"),
+             *TORCHRUN_REPORT]  # torchrun keeps whole seconds: on a tie it names rank 0
+    err = failure(lines, 1)
+    assert err.rank == 1 and str(err).startswith("rank 1 failed first: RuntimeError: [enforce fail")
+    assert "Connection closed" not in str(err) and "[rank 1] RuntimeError: Pair is not connected" in str(err)
+
+
+def test_of_two_errors_of_their_own_the_earlier_is_named():
+    lines = [_failed(0, 5.25, "ValueError: late"), _failed(2, 5.125, "RuntimeError: early"), *TORCHRUN_REPORT]
+    assert failure(lines, 1).rank == 2
+    assert [f.rank for f in rank_failures(lines)] == [2, 0]
+
+
+def test_a_rank_killed_without_a_traceback_is_named_when_the_others_only_lost_it():
+    lines = [_failed(0, 1.0, "RuntimeError: Connection reset by peer"),
+             "Root Cause (first observed failure):", "[2]:", "  rank      : 2 (local_rank: 2)", "  exitcode  : -9"]
+    err = failure(lines, 1)
+    assert err.rank == 2 and str(err).startswith("rank 2 failed first")
+
+
+def test_lines_already_printed_are_not_printed_again():
+    lines = ["[rank 1] Traceback (most recent call last):", "[rank 1] ValueError: bad", _failed(1, 1.0, "ValueError: bad")]
+    shown = str(failure(lines, 1, shown=True))
+    assert shown == "rank 1 failed first: ValueError: bad; its traceback is above, in the lines marked [rank 1]"
+    quiet = str(failure(lines, 1))
+    assert quiet.count("ValueError: bad") == 2 and "Traceback" in quiet and FAILED not in quiet  # header + tail
+
+
+def test_without_failed_lines_torchruns_report_still_names_the_rank():
+    err = failure(["[rank 1] boom", "  rank      : 1 (local_rank: 1)", "  exitcode  : 3"], 1)
+    assert err.rank == 1 and "(exit code 3)" in str(err)
 
 
 @pytest.mark.slow

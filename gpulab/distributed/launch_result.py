@@ -1,9 +1,12 @@
 """What a torchrun launch gives back: its lines, the result, and the errors that name the failing rank.
 
 Lines are tagged by the rank that printed them (``[rank N] ...``, see ``gpulab.distributed.rank_io``);
-torchrun's own lines carry no tag. When a launch fails, ``failure(lines)`` reads torchrun's
-error report (``rank: N``, ``exitcode: C``) or, failing that, the first rank that printed a
-traceback, and builds a ``LaunchError`` showing that rank's last lines.
+torchrun's own lines carry no tag. When a launch fails, ``failure(lines)`` names the rank that failed
+first and shows its own error. A rank that raised ends with one ``FAILED`` line giving the time it failed
+(``gpulab.distributed.rank_io``): the earliest wins, except that an error which only reports a peer gone
+(``Connection closed by peer``: the peer failed first) loses to any other. torchrun's own report cannot
+tell: it keeps whole seconds and, on a tie, names rank 0. Without such lines (a rank killed by a signal),
+its report is read, and failing that the first rank that printed a traceback.
 """
 
 from __future__ import annotations
@@ -12,7 +15,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from gpulab.distributed.rank_io import FAILED
+
 RANK_LINE = re.compile(r"^\[rank (\d+)\] ")
+FAILED_LINE = re.compile(r"^\[rank (\d+)\] " + re.escape(FAILED) + r" (\d+(?:\.\d*)?): (.*)$")
+#: Errors that only say a peer went away: the rank that went away failed first.
+PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Broken pipe|Pair is closed|peer.*(closed|disconnected)", re.I)
 ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 ROOT_CAUSE_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 TAIL = 20
@@ -51,6 +59,29 @@ def line_rank(line: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+@dataclass(frozen=True)
+class RankFailure:
+    """One rank's ``FAILED`` line: which rank, when (seconds since 1970) and its error's first line."""
+
+    rank: int
+    when: float
+    error: str
+
+    @property
+    def peer_gone(self) -> bool:
+        """True when the error only says that another rank went away."""
+        return bool(PEER_GONE.search(self.error))
+
+
+def rank_failures(lines: Sequence[str]) -> list[RankFailure]:
+    """Every ``FAILED`` line of the launch, the rank that failed first at the front.
+
+    First come the errors of a rank's own, by time; then the ones that only report a peer gone, by time.
+    """
+    found = [RankFailure(int(m.group(1)), float(m.group(2)), m.group(3)) for m in map(FAILED_LINE.match, lines) if m]
+    return sorted(found, key=lambda f: (f.peer_gone, f.when, f.rank))
+
+
 def root_cause(lines: Sequence[str]) -> tuple[int | None, int | None]:
     """The first failed rank and its exit code from torchrun's report, else the rank with a traceback."""
     rank = exitcode = None
@@ -69,7 +100,8 @@ def root_cause(lines: Sequence[str]) -> tuple[int | None, int | None]:
 
 def report(what: str, lines: Sequence[str], rank: int | None, tail: int = TAIL) -> str:
     """``what``, then the last lines of ``rank`` (or of the whole output when it printed none)."""
-    shown_lines = [line for line in lines if line_rank(line) == rank][-tail:] if rank is not None else []
+    mine = [line for line in lines if line_rank(line) == rank and not FAILED_LINE.match(line)] if rank is not None else []
+    shown_lines = mine[-tail:]
     who = f"rank {rank}"
     if not shown_lines:
         shown_lines, who = list(lines[-tail:]), "the output"
@@ -77,10 +109,37 @@ def report(what: str, lines: Sequence[str], rank: int | None, tail: int = TAIL) 
     return f"{what}; last lines of {who}:\n{shown}"
 
 
-def failure(lines: Sequence[str], returncode: int) -> LaunchError:
-    """The ``LaunchError`` for a launch that ended with ``returncode`` != 0."""
-    rank, exitcode = root_cause(lines)
-    what = f"rank {rank} failed" if rank is not None else "torchrun failed"
+def _first_failed(lines: Sequence[str]) -> tuple[int | None, str | None]:
+    """The rank that failed first and its error's first line (None when no rank said it failed)."""
+    failures = rank_failures(lines)
+    if not failures:
+        return None, None
+    first = failures[0]
+    if first.peer_gone:  # every rank that raised only lost a peer: a rank that died without raising went first
+        reported, _ = root_cause(lines)
+        if reported is not None and reported not in {f.rank for f in failures}:
+            return reported, None
+    return first.rank, first.error
+
+
+def failure(lines: Sequence[str], returncode: int, shown: bool = False) -> LaunchError:
+    """The ``LaunchError`` for a launch that ended with ``returncode`` != 0, naming the rank that failed first.
+
+    ``shown``: every line was already printed as it came, so the message gives the rank's error in one
+    line and points at its traceback above instead of printing it a second time.
+    """
+    rank, error = _first_failed(lines)
+    exitcode = None
+    if rank is None:
+        rank, exitcode = root_cause(lines)
+    if rank is None:
+        what = "torchrun failed"
+    elif error is None:
+        what = f"rank {rank} failed first"
+    else:
+        what = f"rank {rank} failed first: {error}"
     if exitcode is not None:
-        what += f" with exit code {exitcode}"
+        what += f" (exit code {exitcode})"
+    if shown and rank is not None:
+        return LaunchError(f"{what}; its traceback is above, in the lines marked [rank {rank}]", rank, returncode, lines)
     return LaunchError(report(what, lines, rank), rank, returncode, lines)

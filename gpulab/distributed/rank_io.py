@@ -8,16 +8,29 @@ is that whole start and ``run_in_group`` in one call, for a worker with nothing 
 ``prefix_output(rank)`` makes ``print``, warnings and tracebacks write whole lines prefixed
 ``[rank N] ``, one ``os.write`` per batch of lines, so the lines of different ranks sharing one
 pipe never mix and a launcher (``gpulab.distributed.torchrun``) can tell them apart. ``exit_worker(code)``
-leaves after the process group is destroyed without running C++ static destructors.
+leaves after the process group is destroyed without running C++ static destructors. A rank whose
+work raises prints its traceback and then one :data:`FAILED` line with the wall-clock time it failed at,
+so the launcher can name the rank that failed first (``gpulab.distributed.launch_result``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Callable, NoReturn
+
+
+#: How a rank's last line starts when its work raised: then the time (seconds since 1970) and the error.
+FAILED = "gpulab: this rank failed at"
+
+
+def failed_line(exc: BaseException, when: float) -> str:
+    """The one line a failing rank ends with: ``FAILED``, the time it failed and its error's first line."""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return f"{FAILED} {when:.6f}: {type(exc).__name__}" + (f": {first}" if first else "")
 
 
 @dataclass(frozen=True)
@@ -92,8 +105,9 @@ def run_in_group(backend: str, timeout_s: float, body: Callable[[], object]) -> 
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
         body()
         return 0
-    except Exception:
-        sys.stderr.write(traceback.format_exc())
+    except Exception as exc:
+        when = time.time()  # wall clock, comparable between processes: which rank failed first
+        sys.stderr.write(traceback.format_exc() + failed_line(exc, when) + "\n")
         return 1
     finally:
         if dist.is_initialized():

@@ -171,7 +171,7 @@ class Torchrun:
         code = self.proc.returncode
         seconds = self.clock.elapsed()
         if code != 0:
-            raise failure(self.lines, code)
+            raise failure(self.lines, code, shown=self.on_line is print_line)
         return LaunchResult(code, list(self.lines), seconds, self.command)
 
 
