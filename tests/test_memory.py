@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -44,6 +46,22 @@ def test_autocast_keeps_float32_weights_and_saves_2_byte_copies(mlp):
     # The bfloat16 copies: of x, of the ReLU output, of the 2nd weight; plus the output cast back to float32.
     assert row.saved_activations == B * D_IN * 2 + B * H * 2 + H * D_OUT * 2 + B * D_OUT * 4
     assert row.saved_input == y.nbytes and row.saved_params == 0
+
+
+def test_a_grad_scaler_adds_its_loss_scale_to_what_backward_keeps(mlp):
+    # On CUDA, float16 autocast trains through a GradScaler (gpulab.train.fit): backward of loss * scale keeps
+    # the scale, one float32 number. The first H200 run counted those 4 bytes; here a CPU scaler shows them.
+    from gpulab.step import train_step
+
+    model, x, y = mlp
+    counted = {}
+    for name, scaler in (("plain", None), ("scaled", torch.amp.GradScaler("cpu"))):
+        net = copy.deepcopy(model)
+        optimizer = torch.optim.Adam(net.parameters())
+        with memory.saved_tensors(net, x, y) as saved:
+            train_step(net, optimizer, x, y, scaler=scaler)
+        counted[name] = saved["saved_activations"]
+    assert counted["scaled"] - counted["plain"] == torch.tensor(1.0).nbytes == 4
 
 
 def test_bfloat16_weights_halve_everything_but_the_float32_targets(mlp):
