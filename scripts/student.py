@@ -230,7 +230,11 @@ def course_wheel(folder: Path) -> Path:
     """The wheel of the installed gpulab version in ``folder`` (``python course.py wheel`` writes it)."""
     from importlib import metadata
 
-    version = metadata.version("gpulab")
+    try:
+        version = metadata.version("gpulab")
+    except metadata.PackageNotFoundError:
+        raise BuildError("gpulab is not installed in this Python (a checkout on PYTHONPATH has no version to "
+                         "name the wheel by): install the course first with `python course.py install`") from None
     wheel = Path(folder) / f"gpulab-{version}-py3-none-any.whl"
     if not wheel.is_file():
         raise BuildError(f"{wheel} is missing: build it first with `python course.py wheel`")

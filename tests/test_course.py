@@ -119,7 +119,12 @@ def test_linux_venv_paths_are_the_ones_this_venv_has():
         "scripts", "venv" if "venv" in sysconfig.get_scheme_names() else "posix_prefix",
         vars={"base": ".venv", "platbase": ".venv"}))
     assert course.venv_python() == ".venv/bin/python"
-    assert (ROOT / course.venv_python()).exists()
+
+
+@pytest.mark.skipif(Path(sys.prefix).resolve() != (ROOT / ".venv").resolve(),
+                    reason="runs only in the course's own .venv (python course.py install made it)")
+def test_this_python_is_the_venv_python_course_py_names():
+    assert (ROOT / course.venv_python()).resolve() == Path(sys.executable).resolve()
 
 
 def test_windows_simulated_gives_scripts_and_python_exe(monkeypatch):

@@ -24,11 +24,24 @@ def quick(monkeypatch):
     monkeypatch.setattr(preflight, "check_kernel", lambda timeout=60.0: Check("kernel", OK, "simulated"))
 
 
+def _install_problems() -> list[str]:
+    """What keeps this Python from being a full install of the course (empty in the course's own .venv)."""
+    return [f"{c.name}: {c.detail}" for c in preflight.check_packages() if c.status == PROBLEM]
+
+
+# These read gpulab's own metadata and need every package it asks for: they check a full install (make
+# install, a student's pip install). A GPU box running the suite from a checkout on PYTHONPATH, without
+# Jupyter, is not one: there they are skipped, saying why, instead of failing.
+full_install = pytest.mark.skipif(bool(_install_problems()),
+                                  reason="not a full install of the course: " + "; ".join(_install_problems()[:3]))
+
+
 def _by_name(checks: list[Check]) -> dict[str, Check]:
     return {c.name: c for c in checks}
 
 
 @pytest.mark.slow
+@full_install
 def test_preflight_passes_on_this_machine(capsys):
     assert cli.main(["preflight"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -39,6 +52,7 @@ def test_preflight_passes_on_this_machine(capsys):
     assert not any(line.startswith(PROBLEM) for line in lines)
 
 
+@full_install
 def test_json_report_to_a_file(quick, tmp_path, capsys):
     path = tmp_path / "reports" / "student-07.json"
     assert cli.main(["preflight", "--json", str(path)]) == 0
@@ -51,12 +65,14 @@ def test_json_report_to_a_file(quick, tmp_path, capsys):
     assert f"report written to {path}" in capsys.readouterr().out
 
 
+@full_install
 def test_json_report_on_stdout_is_only_json(quick, capsys):
     assert cli.main(["preflight", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ready"] is True
 
 
+@full_install
 def test_missing_package_is_a_problem_and_the_exit_status_says_so(quick, monkeypatch, capsys):
     real = metadata.version
 
@@ -74,6 +90,7 @@ def test_missing_package_is_a_problem_and_the_exit_status_says_so(quick, monkeyp
     assert out.splitlines()[-1].startswith("Not ready: 1 problem(s)")
 
 
+@full_install
 def test_too_old_package_names_the_range_and_the_upgrade(monkeypatch):
     real = metadata.version
     monkeypatch.setattr(metadata, "version", lambda name: "1.0" if name == "numpy" else real(name))
@@ -82,6 +99,7 @@ def test_too_old_package_names_the_range_and_the_upgrade(monkeypatch):
     assert numpy.fix.startswith("pip install --upgrade 'numpy>=1.26'")
 
 
+@full_install
 def test_old_python_is_a_problem(monkeypatch):
     monkeypatch.setattr(preflight.platform, "python_version", lambda: "3.8.10")
     check = preflight.check_python()

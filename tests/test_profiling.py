@@ -128,6 +128,7 @@ def test_cxx_candidates_follow_inductor():
 
 def test_no_compiler_means_a_skip_with_its_reason(monkeypatch):
     monkeypatch.setattr(compiling.shutil, "which", lambda name: None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the doctor reports the CPU's compiler, even on a GPU machine
     support = compiling.compile_support("cpu")
     assert support["ok"] is False and "no C++ compiler" in support["note"]
     message = compiling.skip_message(support)
