@@ -9,7 +9,9 @@ slug ``SLUG`` (e.g. ``nvidia-h200``), files committed unchanged under ``gpulab/r
   DDP, autocast steps, memory), as tables of rows, format :data:`MEASURE_FORMAT`.
 
 Any other JSON in the folder (``doctor.json``...) is skipped. None may be recorded yet: then every
-helper here says so plainly. The API, used by the notebooks::
+helper here says so plainly. ``GPULAB_REFERENCE_DIR`` (read at each call) points the helpers at another
+folder: ``scripts/gpu_check.sh`` runs the notebooks with the files it has just measured in place. The API,
+used by the notebooks::
 
     from gpulab import gpu_reference
     gpu_reference.load_references()                      # -> list[Reference], one per bench file
@@ -23,6 +25,7 @@ helper here says so plainly. The API, used by the notebooks::
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +38,7 @@ from gpulab.bench_results import is_bench_file, read_json, results_from_json
 from gpulab.tables import format_rows
 
 REFERENCE_DIR = Path(__file__).with_name("reference")
+REFERENCE_ENV = "GPULAB_REFERENCE_DIR"  # another folder instead of REFERENCE_DIR (gpu_check.sh sets it)
 MEASURE_FORMAT = "gpulab-measure/1"
 NONE_RECORDED = ("No GPU reference recorded yet: gpulab/reference/ holds no bench file. "
                  "Run `bash scripts/gpu_check.sh OUTDIR` on a GPU and commit OUTDIR/reference/* there to add one.")
@@ -73,8 +77,13 @@ class Reference:
         return seen
 
 
+def reference_dir() -> Path:
+    """The folder the helpers read by default: ``$GPULAB_REFERENCE_DIR`` if set, else the package's own."""
+    return Path(os.environ.get(REFERENCE_ENV) or REFERENCE_DIR)
+
+
 def _json_files(directory: str | Path | None) -> list[tuple[Path, object]]:
-    folder = Path(directory) if directory is not None else REFERENCE_DIR
+    folder = Path(directory) if directory is not None else reference_dir()
     if not folder.is_dir():
         return []
     found = []

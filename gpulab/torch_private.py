@@ -75,14 +75,50 @@ def ddp_rebuilt_bucket_sizes(ddp) -> list[int] | None:
     return [int(t) for t in str(text).split(",") if t.strip()] or None
 
 
-def ddp_default_bucket_caps() -> tuple[float, float] | None:
-    """DDP's default ``(bucket cap, first bucket cap)`` in MiB, read from torch; None where torch lacks the names."""
+def _ddp_source() -> str:
+    """The source of ``torch.nn.parallel.distributed`` ("" where it cannot be read)."""
+    import inspect
+
     try:
-        cap = float(_private("torch.nn.parallel.distributed", "_DEFAULT_BUCKET_CAP_MB", ""))
+        return inspect.getsource(importlib.import_module("torch.nn.parallel.distributed"))
+    except (ImportError, OSError, TypeError):
+        return ""
+
+
+def ddp_default_bucket_caps() -> tuple[float, float, str] | None:
+    """DDP's default ``(bucket cap, first bucket cap)`` in MiB, read from torch, and where the cap was read.
+
+    torch 2.13 names the cap ``_DEFAULT_BUCKET_CAP_MB``; earlier releases (2.11) write ``bucket_cap_mb = 25`` in
+    ``DistributedDataParallel.__init__``, which is read instead. None where neither can be read.
+    """
+    import re
+
+    try:
         first = _private("torch.distributed", "_DEFAULT_FIRST_BUCKET_BYTES", "") / 2**20
     except PrivateAPIMissing:
         return None
-    return cap, first
+    try:
+        cap = float(_private("torch.nn.parallel.distributed", "_DEFAULT_BUCKET_CAP_MB", ""))
+        return cap, first, "torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB"
+    except PrivateAPIMissing:
+        pass
+    literal = re.search(r"^\s*bucket_cap_mb\s*=\s*(\d+(?:\.\d+)?)\s*$", _ddp_source(), re.M)
+    if literal is None:
+        return None
+    return float(literal.group(1)), first, "bucket_cap_mb in DistributedDataParallel.__init__"
+
+
+def ddp_explicit_cap_sets_first_bucket() -> bool | None:
+    """Whether this torch's DDP gives a ``bucket_cap_mb`` you pass to its first bucket too; None if unreadable.
+
+    Read from DDP's source: torch 2.13 (``_BucketCapacityConfig``) and 2.11 (``bucket_bytes_cap_default``) keep
+    the small first bucket for the default cap only; a torch that always puts ``_DEFAULT_FIRST_BUCKET_BYTES``
+    first has neither name.
+    """
+    source = _ddp_source()
+    if "_BucketCapacityConfig" in source or "bucket_bytes_cap_default" in source:
+        return True
+    return False if "_DEFAULT_FIRST_BUCKET_BYTES" in source else None
 
 
 def fsdp_gradient_divide_factors(world_size: int, dtype: torch.dtype) -> tuple:

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# GPU check: measure what the notebooks cite FIRST, then run every `gpu` test, then the notebooks.
+# GPU check, one command, within 8 minutes on one H200: measure what the notebooks cite FIRST, then run the
+# notebooks with those fresh figures in place (two at a time), every `gpu` test, and the whole unit suite.
 #
 #   bash scripts/gpu_check.sh OUTDIR
 #
-# Writes into OUTDIR:
-#   summary.txt      one line per step: PASS/FAIL/SKIP/NOTE, seconds
+# Leaves in OUTDIR one archive, gpu-check.tar.gz (under 16 MB: carry it off a rented machine as one file),
+# beside summary.txt (one screen: PASS/FAIL/SKIP/NOTE per step, with seconds). The archive holds:
+#   summary.txt
 #   reference/       SLUG-measure.json and the bench files SLUG-*.json from scripts/gpu_measure.py:
 #                    copy them unchanged into gpulab/reference/ to record this GPU (SLUG: nvidia-h200, or cpu)
-#   measure.log, doctor.log, doctor.json, nvidia-smi.txt, gpu-tests.log, gpu-tests.xml
+#   measure.log, doctor.log, doctor.json, nvidia-smi.txt, gpu-tests.log, gpu-tests.xml, unit-tests.log,
+#   unit-tests.xml, pip-list.txt
 #   notebooks/       each notebook's executed copy and times.json (status and seconds per notebook),
-#                    notebooks.log; run through nbclient (no Jupyter server, no nbval)
+#                    notebooks.log; run through nbclient (no Jupyter server, no nbval), reading the fresh
+#                    reference files (GPULAB_REFERENCE_DIR), at most two at a time so their times mean something
 # Needs no network and installs nothing from it. Settings (environment variables):
 #   PYTHON=EXE       interpreter (default: .venv/bin/python if present, else python3)
 #   WHEELS=DIR       local wheels for the notebook step (nbclient, nbformat, ipykernel, ipywidgets and their
@@ -17,11 +21,13 @@
 #                    folder put on PYTHONPATH, so nothing touches the system Python (no PEP 668 refusal);
 #                    dependencies the system already has may be left out of DIR
 #   WHEEL_PACKAGES="A B"  what to install from WHEELS (default: nbclient nbformat ipykernel ipywidgets)
-#   BUDGET=S         start no step after S seconds, and cut the last ones to fit (default 420: under 8 min)
+#   BUDGET=S         start no step after S seconds, and cut the last ones to fit (default 470: under 8 min)
 #   MEASURE_TIMEOUT=S  the measurement's own limit (default 200); it runs first, so the budget cannot starve it
 #   DRY_RUN=1        small sizes even on a GPU (automatic without CUDA)
 #   MEASURE_STEPS=A,B  only these steps of gpu_measure.py (default: all; a rerun updates the file in place)
 #   NOTEBOOKS="A B"  notebooks to execute (default: notebooks/*.ipynb; "none": skip the step)
+#   NOTEBOOK_JOBS=N  notebooks at a time (default 2)
+#   UNIT_TESTS=none  skip the unit suite (default: tests/, every test not marked gpu, on all cores)
 # Exit status: 0 when every step that ran passed, 1 otherwise (a skipped step is not a failure).
 set -euo pipefail
 
@@ -44,14 +50,15 @@ fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"   # gpulab imports from the checkout, no install needed
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1  # never reach for the network
 unset MPLBACKEND                                       # it would remove figures from notebook outputs
-BUDGET="${BUDGET:-420}"
+BUDGET="${BUDGET:-470}"
 MEASURE_TIMEOUT="${MEASURE_TIMEOUT:-200}"
 START=$SECONDS
 FAILED=0
 SUMMARY="$OUT/summary.txt"
 SITE=""
 : >"$SUMMARY"
-cleanup() { [[ -n "$SITE" ]] && rm -rf "$SITE"; return 0; }
+REFS=""
+cleanup() { [[ -n "$SITE" ]] && rm -rf "$SITE"; [[ -n "$REFS" ]] && rm -rf "$REFS"; return 0; }
 trap cleanup EXIT
 
 note() { echo "$*" | tee -a "$SUMMARY"; }
@@ -126,17 +133,7 @@ else
     note "      no CUDA device: a dry run (gpu tests report as skipped, measurements are small and on the cpu)"
 fi
 
-# 3. Every test marked gpu. Only the files that use the marker are collected, so a test module needing a
-#    package this machine lacks cannot break the step.
-mapfile -t GPU_FILES < <(grep -l -E 'mark\.gpu\b' tests/test_*.py || true)
-if ((${#GPU_FILES[@]})); then
-    step gpu-tests 180 "$PY" -m pytest -m gpu "${GPU_FILES[@]}" -p no:cacheprovider -rs -q --junitxml "$OUT/gpu-tests.xml"
-else
-    note "FAIL  gpu-tests (no test file under tests/ uses the gpu marker)"
-    FAILED=1
-fi
-
-# 4. The notebooks, last, through nbclient. Wheels (if given) go to a temporary folder on PYTHONPATH.
+# 3. The notebooks, through nbclient, reading the fresh reference files. Wheels (if given) go to a temporary folder on PYTHONPATH.
 if [[ "${NOTEBOOKS:-}" == none ]]; then
     note "SKIP  notebooks (NOTEBOOKS=none)"
 else
@@ -159,22 +156,71 @@ else
     else
         LACK="$(missing ipywidgets)"
         [[ -n "$LACK" ]] && note "NOTE  ipywidgets is not installed: the notebooks that import it (01, 05) will fail"
-        JOBS=$(($(nproc) < 4 ? $(nproc) : 4))
+        JOBS="${NOTEBOOK_JOBS:-2}"
+        # The committed reference files with this run's fresh ones over them, for the notebooks to read.
+        REFS="$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_refs.XXXXXX")"
+        cp gpulab/reference/*.json "$REFS"/ 2>/dev/null || true
+        cp "$OUT"/reference/*.json "$REFS"/ 2>/dev/null || true
         LEFT=$((BUDGET - (SECONDS - START)))
         if ((LEFT < 60)); then
             note "SKIP  notebooks (only ${LEFT}s of the ${BUDGET}s budget left)"
         else
-            step notebooks "$LEFT" "$PY" scripts/run_notebooks.py "$OUT/notebooks" "${NBS[@]}" --jobs "$JOBS" \
-                --timeout $((LEFT - 15)) --cell-timeout 240
+            # Leave the gpu tests and the unit suite about 3 minutes when the notebooks would take it all.
+            NB_LIMIT=$((LEFT > 330 ? LEFT - 180 : LEFT))
+            export GPULAB_REFERENCE_DIR="$REFS"
+            step notebooks "$NB_LIMIT" "$PY" scripts/run_notebooks.py "$OUT/notebooks" \
+                "${NBS[@]}" --jobs "$JOBS" --timeout $((NB_LIMIT - 15)) --cell-timeout 240
+            unset GPULAB_REFERENCE_DIR
             [[ -f "$OUT/notebooks/times.json" ]] && grep -o '"notebook": "[^"]*"\|"status": "[^"]*"\|"seconds": [0-9.]*' \
                 "$OUT/notebooks/times.json" | paste - - - | sed 's/"//g; s/^/      /' | tee -a "$SUMMARY"
         fi
     fi
 fi
 
-note "total $((SECONDS - START)) s; results and logs in $(basename "$OUT")/"
-if ((FAILED)); then
-    note "RESULT: FAILED (see the logs above)"
-    exit 1
+# 4. Every test marked gpu. Only the files that use the marker are collected, so a test module needing a
+#    package this machine lacks cannot break the step.
+mapfile -t GPU_FILES < <(grep -l -E 'mark\.gpu\b' tests/test_*.py || true)
+if ((${#GPU_FILES[@]})); then
+    step gpu-tests 180 "$PY" -m pytest -m gpu "${GPU_FILES[@]}" -p no:cacheprovider -rs -q --junitxml "$OUT/gpu-tests.xml"
+else
+    note "FAIL  gpu-tests (no test file under tests/ uses the gpu marker)"
+    FAILED=1
 fi
-note "RESULT: OK"
+
+# 5. The whole unit suite but the gpu tests (step 4 ran those), on every core. Its own test of this script
+#    runs a small dry run that must not start the suite again (UNIT_TESTS=none there).
+if [[ "${UNIT_TESTS:-}" == none ]]; then
+    note "SKIP  unit-tests (UNIT_TESTS=none)"
+elif ! "$PY" -c 'import xdist' >/dev/null 2>&1; then
+    step unit-tests 300 "$PY" -m pytest tests --ignore=tests/browser -m "not gpu" -p no:cacheprovider -q \
+        --junitxml "$OUT/unit-tests.xml"
+else
+    step unit-tests 300 "$PY" -m pytest tests --ignore=tests/browser -m "not gpu" -p no:cacheprovider -q \
+        -n "$(nproc)" --dist loadfile --junitxml "$OUT/unit-tests.xml"
+fi
+[[ -f "$OUT/unit-tests.log" ]] && tail -n 1 "$OUT/unit-tests.log" | sed 's/^/      /' | tee -a "$SUMMARY"
+"$PY" -m pip list >"$OUT/pip-list.txt" 2>/dev/null || rm -f "$OUT/pip-list.txt"
+
+note "total $((SECONDS - START)) s"
+if ((FAILED)); then
+    note "RESULT: FAILED (see the logs in the archive)"
+else
+    note "RESULT: OK"
+fi
+
+# 6. Everything in one archive beside the summary: the executed notebooks, the logs, the reference files.
+ARCHIVE="$OUT/gpu-check.tar.gz"
+TAR_RC=0  # 1: a file changed while it was read (a log still written by a stopped process); the archive is kept
+tar -czf "$ARCHIVE.tmp" -C "$OUT" --exclude=gpu-check.tar.gz --exclude=gpu-check.tar.gz.tmp . || TAR_RC=$?
+((TAR_RC <= 1)) && mv "$ARCHIVE.tmp" "$ARCHIVE"
+SIZE=$(($( [[ -f "$ARCHIVE" ]] && wc -c <"$ARCHIVE" || echo 0) / 1024))
+if ((TAR_RC > 1)); then
+    note "FAIL  archive (tar exit $TAR_RC): the files are in $(basename "$OUT")/, not archived"
+    FAILED=1
+elif ((SIZE > 16 * 1024)); then
+    note "NOTE  gpu-check.tar.gz is ${SIZE} KiB, over 16 MiB: the largest files are $(cd "$OUT" && du -a . | sort -rn | sed -n '2,4p' | awk '{print $2}' | tr '\n' ' ')"
+else
+    note "      archive: $(basename "$OUT")/gpu-check.tar.gz (${SIZE} KiB), this summary beside it"
+fi
+((FAILED)) && exit 1
+exit 0

@@ -120,14 +120,14 @@ def test_rng_state_round_trip():
     assert torch.equal(a, torch.rand(3))
 
 
-def test_a_cpu_rank_never_asks_cuda_for_its_rng_state(tmp_path, monkeypatch):
+def test_a_cpu_rank_never_asks_cuda_for_its_rng_state(tmp_path, monkeypatch, cuda_reported):
     """A gloo rank on a GPU machine trains on the CPU: saving or resuming must not create a CUDA context."""
     def no_cuda(name):
         def refuse(*args, **kwargs):
             raise AssertionError(f"a CPU model's checkpoint called torch.cuda.{name}")
         return refuse
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine ...
+    # cuda_reported: a GPU machine ...
     for name in ("get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all"):
         monkeypatch.setattr(torch.cuda, name, no_cuda(name))
     recipe = Recipe(epochs=2)

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -138,23 +139,31 @@ def test_gpu_check_dry_run_writes_the_layout(tmp_path):
     pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
     _wheel(tmp_path / "wheels")
-    good = _notebook(tmp_path / "good.ipynb", "import gpulab, gpulabfakedep\nprint('ran', gpulab.__version__, gpulabfakedep.VALUE)")
+    good = _notebook(tmp_path / "good.ipynb", "import gpulab, gpulabfakedep\nfrom gpulab import gpu_reference\n"
+                     "print(sorted(p.name for p in gpu_reference.reference_dir().glob('*-measure.json')))\n"
+                     "print('ran', gpulab.__version__, gpulabfakedep.VALUE)")
     bad = _notebook(tmp_path / "bad.ipynb", "raise SystemError('broken on purpose')")
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "NOTEBOOKS": f"{good} {bad}", "BUDGET": "200",
-           "MEASURE_STEPS": "environment,matmul-float32,copy-h2d,copy-device",
+           "MEASURE_STEPS": "environment,matmul-float32,copy-h2d,copy-device", "UNIT_TESTS": "none",
            "WHEELS": str(tmp_path / "wheels"), "WHEEL_PACKAGES": "gpulabfakedep"}
     done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(out)], capture_output=True, text=True,
                           timeout=300, env=env, cwd=tmp_path)
     summary = (out / "summary.txt").read_text()
     assert done.returncode == 1, done.stdout + done.stderr  # the broken notebook fails the check...
     lines = [line.split()[:2] for line in summary.splitlines() if line[:4] in ("PASS", "FAIL", "SKIP")]
-    assert lines == [["PASS", "measure"], ["PASS", "doctor"], ["PASS", "gpu-tests"], ["PASS", "install-wheels"],
-                     ["FAIL", "notebooks"]], summary
-    assert "RESULT: FAILED" in summary
-    for name in ("measure.log", "doctor.log", "doctor.json", "gpu-tests.log", "gpu-tests.xml", "notebooks.log",
-                 "install-wheels.log"):
-        assert (out / name).is_file(), name
+    assert lines == [["PASS", "measure"], ["PASS", "doctor"], ["PASS", "install-wheels"], ["FAIL", "notebooks"],
+                     ["PASS", "gpu-tests"], ["SKIP", "unit-tests"]], summary
+    assert "RESULT: FAILED" in summary and len(summary.splitlines()) < 40  # one screen
+    # One archive holds everything, the executed notebooks included; the summary lies beside it.
+    archive = out / "gpu-check.tar.gz"
+    assert "gpu-check.tar.gz (" in summary and archive.stat().st_size < 16 * 2**20, done.stdout[-3000:] + done.stderr[-3000:]
+    with tarfile.open(archive) as tar:
+        names = {n.removeprefix("./") for n in tar.getnames()}
+    for name in ("summary.txt", "measure.log", "doctor.log", "doctor.json", "gpu-tests.log", "gpu-tests.xml",
+                 "notebooks/notebooks.log" if (out / "notebooks" / "notebooks.log").exists() else "notebooks.log",
+                 "install-wheels.log", "notebooks/good.ipynb", "notebooks/bad.ipynb", "notebooks/times.json"):
+        assert name in names, (name, sorted(names))
     slug = "cpu" if "no CUDA device" in summary else _file(out)["slug"]
     names = sorted(p.name for p in (out / "reference").iterdir())
     expected = {gpu_reference.measure_file_name(slug), gpu_reference.bench_file_name(slug, "matmul-float32"),
@@ -166,10 +175,12 @@ def test_gpu_check_dry_run_writes_the_layout(tmp_path):
     assert times["good.ipynb"]["status"] == "pass" and times["bad.ipynb"]["status"] == "fail"  # ...and says which
     assert "broken on purpose" in times["bad.ipynb"]["error"]
     executed = json.loads((out / "notebooks" / "good.ipynb").read_text())
-    assert "".join(executed["cells"][0]["outputs"][0]["text"]).endswith(" 42\n")  # the wheel reached the kernel
+    printed = "".join(executed["cells"][0]["outputs"][0]["text"])
+    assert gpu_reference.measure_file_name(slug) in printed  # the notebooks read this run's fresh files
+    assert printed.endswith(" 42\n")  # the wheel reached the kernel
     assert "without its dependencies" in (out / "install-wheels.log").read_text()
-    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("gpu_check_site.*/gpulabfakedep"))  # cleaned up
-    assert (out / "notebooks" / "bad.ipynb").is_file()  # the failing copy is kept, with its error
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    assert not list(tmp.glob("gpu_check_site.*/gpulabfakedep")) and not list(tmp.glob("gpu_check_refs.*"))  # cleaned up
 
 
 def test_the_boston_loop_step_reads_what_the_benchmark_returns(measure, tmp_path):

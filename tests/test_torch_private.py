@@ -26,7 +26,23 @@ def test_a_profile_has_a_start_time_and_an_event_tree_with_allocations():
 
 
 def test_ddp_bucket_defaults_are_found():
-    assert tp.ddp_default_bucket_caps() == (25.0, 1.0)
+    cap, first, where = tp.ddp_default_bucket_caps()
+    assert (cap, first) == (25.0, 1.0) and ("_DEFAULT_BUCKET_CAP_MB" in where or "__init__" in where)
+    assert tp.ddp_explicit_cap_sets_first_bucket() is True  # torch 2.11 and 2.13 alike
+
+
+def test_ddp_bucket_rules_read_from_the_source_of_an_older_ddp(monkeypatch):
+    from torch.nn.parallel import distributed
+
+    monkeypatch.delattr(distributed, "_DEFAULT_BUCKET_CAP_MB", raising=False)
+    older = "        if bucket_cap_mb is None:\n            bucket_cap_mb = 25\n  [dist._DEFAULT_FIRST_BUCKET_BYTES, cap]\n"
+    monkeypatch.setattr(tp, "_ddp_source", lambda: older)
+    assert tp.ddp_default_bucket_caps() == (25.0, 1.0, "bucket_cap_mb in DistributedDataParallel.__init__")
+    assert tp.ddp_explicit_cap_sets_first_bucket() is False  # every bucket list starts with 1 MiB
+    monkeypatch.setattr(tp, "_ddp_source", lambda: older + "self.bucket_bytes_cap_default = True\n")
+    assert tp.ddp_explicit_cap_sets_first_bucket() is True
+    monkeypatch.setattr(tp, "_ddp_source", lambda: "")
+    assert tp.ddp_default_bucket_caps() is None and tp.ddp_explicit_cap_sets_first_bucket() is None
 
 
 def test_fsdp_averages_float32_gradients():

@@ -99,20 +99,21 @@ def gradient_bytes(model) -> list[int]:
 def ddp_bucket_defaults() -> dict:
     """DDP's default bucket caps in MiB, read from the installed torch, and where each came from.
 
-    ``bucket_cap_mb``: ``torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB`` (private); ``first_bucket_mb``:
+    ``bucket_cap_mb``: ``torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB`` (torch 2.13) or the default
+    written in ``DistributedDataParallel.__init__`` (earlier releases); ``first_bucket_mb``:
     ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`` (exported by ``torch.distributed``, underscored).
-    A name this torch lacks falls back to the documented value and says so in ``source``.
+    Where neither can be read, the documented values, and ``source`` says so.
     """
     from gpulab.torch_private import ddp_default_bucket_caps
 
     caps = ddp_default_bucket_caps()
-    found = {} if caps is None else {"bucket_cap_mb": caps[0], "first_bucket_mb": caps[1]}
-    read = {"bucket_cap_mb": "torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB",
-            "first_bucket_mb": "torch.distributed._DEFAULT_FIRST_BUCKET_BYTES / 2**20"}
-    documented = {"bucket_cap_mb": DOCUMENTED_BUCKET_MB, "first_bucket_mb": DOCUMENTED_FIRST_BUCKET_MB}
-    out = {k: found.get(k, v) for k, v in documented.items()}
-    out["source"] = {k: read[k] if k in found else "documented value (not found in this torch)" for k in documented}
-    return out
+    if caps is None:
+        out = {"bucket_cap_mb": DOCUMENTED_BUCKET_MB, "first_bucket_mb": DOCUMENTED_FIRST_BUCKET_MB}
+        out["source"] = {k: "documented value (not found in this torch)" for k in out}
+        return out
+    cap, first, where = caps
+    return {"bucket_cap_mb": cap, "first_bucket_mb": first,
+            "source": {"bucket_cap_mb": where, "first_bucket_mb": "torch.distributed._DEFAULT_FIRST_BUCKET_BYTES / 2**20"}}
 
 
 def ddp_buckets(tensor_bytes: Sequence[int], bucket_cap_mb: float | None = None,
@@ -123,7 +124,7 @@ def ddp_buckets(tensor_bytes: Sequence[int], bucket_cap_mb: float | None = None,
     before the second forward pass DDP rebuilds its buckets: whole gradients in the order they became
     ready in backward (about the reverse of ``model.parameters()``: pass ``gradient_bytes(model)[::-1]``),
     a bucket closed as soon as it holds at least its cap. ``bucket_cap_mb=None`` is DDP's default: 25 MiB with a first bucket of
-    1 MiB; a cap you pass applies to the first bucket too in torch 2.13 (see
+    1 MiB; a cap you pass applies to the first bucket too in torch 2.11 and 2.13 (see
     :func:`explicit_cap_sets_first_bucket`) unless ``first_bucket_mb`` is given.
     """
     defaults = ddp_bucket_defaults()
@@ -146,14 +147,13 @@ def ddp_buckets(tensor_bytes: Sequence[int], bucket_cap_mb: float | None = None,
 def explicit_cap_sets_first_bucket() -> bool:
     """Whether this torch's DDP gives its first bucket an explicitly passed ``bucket_cap_mb`` too.
 
-    torch 2.13 does (its ``_BucketCapacityConfig`` keeps the 1 MiB first bucket for the default cap only);
-    torch versions without that class are taken to keep 1 MiB always.
+    Read from torch (:func:`gpulab.torch_private.ddp_explicit_cap_sets_first_bucket`): torch 2.11 and 2.13 do,
+    keeping the 1 MiB first bucket for the default cap only; a torch where it cannot be read is taken to
+    keep 1 MiB always.
     """
-    try:
-        from torch.nn.parallel import distributed
-    except ImportError:  # no torch: the rule of the version this was written for
-        return True
-    return hasattr(distributed, "_BucketCapacityConfig")
+    from gpulab.torch_private import ddp_explicit_cap_sets_first_bucket
+
+    return bool(ddp_explicit_cap_sets_first_bucket())
 
 
 def predict_allreduce_seconds(bucket_bytes: Sequence[int], fit: AlphaBeta) -> float:

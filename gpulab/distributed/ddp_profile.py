@@ -5,7 +5,9 @@ returns, as JSON-ready dicts:
 
 - ``predict``: Net1 and a larger MLP under DDP's default buckets: gradient bytes, bucket sizes, the
   all-reduce calls of the first step and, after DDP rebuilt its buckets, the calls and seconds per step
-  counted from the profiler's ``gloo:all_reduce`` events, and the
+  from the profiler: calls are its ``c10d::allreduce_`` events, recorded where DDP starts each all-reduce;
+  seconds come from the ``gloo:all_reduce`` (``nccl:all_reduce``) events of the thread doing the work,
+  which torch 2.11's profiler sometimes loses (a mean over those it kept, times the calls); and the
   seconds to all-reduce the same buckets alone, after a barrier, outside any training step;
 - ``buckets``: a deep MLP with several ``bucket_cap_mb`` values: all-reduce calls per step;
 - ``accumulate``: ``ACCUMULATE`` micro-batches per optimizer step, with ``no_sync()`` on all but the
@@ -34,7 +36,8 @@ ROWS = {"net1": 64, "mlp": 32, "deep": 32}  # rows per rank per step
 BUCKET_CAPS = (None, 1, 2, 25)  # MiB; None: DDP's default (25 MiB, first bucket 1 MiB)
 ACCUMULATE = 4
 LR = 0.01
-ALL_REDUCE = re.compile(r"^(gloo|nccl):all_reduce$")
+ALL_REDUCE = re.compile(r"^(gloo|nccl):all_reduce$")  # the work itself, on the backend's own thread
+STARTED = "c10d::allreduce_"  # the op that starts one all-reduce, on the thread that asks for it
 STEP_MARK = "gpulab_train_step"
 FIRST_MARK = "gpulab_first_step"
 DIVIDE = "torch::distributed::reducer::mul_out"  # the reducer's gradient x (1 / world size) into its bucket
@@ -71,13 +74,16 @@ def profile_ddp_steps(model: nn.Module, opt, X, y, steps: int, warmup: int = 1, 
         wall = clock.seconds
     events = list(prof.events())
     first_end = max((e.time_range.end for e in events if e.name == FIRST_MARK), default=float("-inf"))
+    started = [e for e in events if e.name == STARTED]
+    later = sum(e.time_range.start > first_end for e in started)
     every = sorted((e for e in events if ALL_REDUCE.match(e.name)), key=lambda e: e.time_range.start)
     calls = [e for e in every if e.time_range.start > first_end]
     divides = sum(e.name == DIVIDE and e.time_range.start > first_end for e in events)
     origin = trace_start_us(prof)
-    return {"first_step_calls": (len(every) - len(calls)) / warmup if warmup else None,
-            "calls_per_step": len(calls) / steps, "divides_per_step": divides / steps,
-            "allreduce_s_per_step": sum(e.cpu_time_total for e in calls) / 1e6 / steps,
+    per_call_s = sum(e.cpu_time_total for e in calls) / 1e6 / len(calls) if calls else 0.0
+    return {"first_step_calls": (len(started) - later) / warmup if warmup else None,
+            "calls_per_step": later / steps, "divides_per_step": divides / steps,
+            "allreduce_s_per_step": per_call_s * later / steps, "work_events_kept": f"{len(calls)} of {later}",
             "step_s": wall / steps, "calls_us": None if origin is None else
             [[origin + e.time_range.start, origin + e.time_range.end] for e in calls],
             "timeline": first_step_timeline(events, calls)}
