@@ -47,12 +47,13 @@ def kept_for_backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dic
     Counted with ``torch.autograd.graph.saved_tensors_hooks``, once per storage: a ``Linear`` keeps its input,
     which is the previous ``ReLU``'s output, so the two count once. Under non-reentrant checkpointing a block's
     own saved tensors are dropped; what the outer hook still sees is what the checkpoint keeps (the block's input).
+    Empty tensors hold no memory and are left out (torch 2.11's checkpoint saves one per block as a placeholder).
     """
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
     kept: dict[int, tuple[int, ...]] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        if t.untyped_storage().data_ptr() not in weights:
+        if t.numel() and t.untyped_storage().data_ptr() not in weights:
             kept[t.untyped_storage().data_ptr()] = tuple(t.shape)
         return t
 
