@@ -13,7 +13,7 @@ import platform
 
 import torch
 
-from gpulab import compiling, devices, nvidia_smi
+from gpulab import compiling, devices, nvidia_smi, torch_versions
 from gpulab.distributed.processes import leftover_processes
 from gpulab.distributed.rendezvous import current_plan, port_free
 
@@ -73,6 +73,7 @@ def report() -> dict:
         "torchrun": torchrun_settings(),
         "checks": launch_checks(),
         "compile": compiling.compile_support("auto"),
+        "notebooks": torch_versions.table(),
     }
 
 
@@ -101,6 +102,9 @@ def format_report(data: dict) -> str:
         "distributed  " + ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in dist.items()),
         f"threads      {data['threads']}  (torch.get_num_threads(); {data['cpu_count']} logical CPUs)",
     ]
+    if "notebooks" in data:
+        lines.append("notebooks    which this torch can run (older ones stop in their first cell, saying why):")
+        lines += [f"  {line}" for line in data["notebooks"]]
     comp = data["compile"]
     lines.append(f"compile      torch.compile on {comp['device']}: {'yes' if comp['ok'] else 'no'} ({comp['note']})")
     plan = data["torchrun"]

@@ -149,6 +149,23 @@ def check_torch_build() -> Check:
     return Check("torch build", OK, f"{build}: right for a machine without an NVIDIA GPU")
 
 
+def check_torch_version() -> Check:
+    """This torch against what each notebook needs (``gpulab.torch_versions``): a NOTE names any it cannot run."""
+    try:
+        import torch
+
+        from gpulab import torch_versions
+    except Exception as exc:  # a broken torch can raise anything on import
+        return Check("torch version", PROBLEM, f"torch does not import: {type(exc).__name__}: {exc}", INSTALL_FIX)
+    too_old = [nb for nb in sorted(torch_versions.NEEDS) if not torch_versions.runs_here(nb)]
+    if not too_old:
+        return Check("torch version", OK, f"{torch.__version__}: every notebook runs")
+    need = max((torch_versions.needed(nb) for nb in too_old), key=torch_versions.release)
+    return Check("torch version", NOTE, f"{torch.__version__}: notebook(s) {', '.join(too_old)} need a newer torch "
+                                        f"and stop in their first cell; the others run",
+                 f'pip install --upgrade "torch>={need}" (or python course.py install, which pins the tested one)')
+
+
 def check_rendezvous(timeout: float = 60.0) -> Check:
     """Two gloo ranks meet on 127.0.0.1 and all-reduce (notebooks 05-07 need this)."""
     try:
@@ -222,7 +239,7 @@ def run_checks(timeout: float = 60.0, min_free_gib: float = MIN_FREE_GIB) -> Ite
     """Every check, in report order, each yielded as soon as it is done."""
     steps: list[tuple[str, Callable[[], Check | list[Check]]]] = [
         ("python", check_python), ("packages", check_packages), ("disk", lambda: check_disk(".", min_free_gib)),
-        ("torch build", check_torch_build), ("rendezvous", lambda: check_rendezvous(timeout)),
+        ("torch build", check_torch_build), ("torch version", check_torch_version), ("rendezvous", lambda: check_rendezvous(timeout)),
         ("kernel", lambda: check_kernel(timeout)),
     ]
     for name, step in steps:

@@ -48,6 +48,13 @@ def _sync_unless(model: nn.Module, last: bool):
     return contextlib.nullcontext()
 
 
+def _loss_input(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``out`` in float32, or in ``y``'s wider floating dtype: the loss computes in that dtype either way, and
+    before torch 2.12 ``mse_loss``'s backward fails on inputs of two dtypes (pytorch/pytorch#94086, #175743)."""
+    out = out.float()
+    return out.to(y.dtype) if y.is_floating_point() and y.dtype.itemsize > out.dtype.itemsize else out
+
+
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, xb: torch.Tensor, yb: torch.Tensor, *,
                loss_fn: LossFn | None = None, weight: float = 1.0, accumulate: int = 1, no_sync: bool = True,
                autocast_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
@@ -72,7 +79,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, xb: torch.Ten
             with phase("forward"), torch.autocast(device_type, dtype=autocast_dtype or torch.bfloat16,
                                                   enabled=autocast_dtype is not None):
                 out = model(x)
-                loss = loss_fn(out.float(), y) if len(x) else out.sum() * 0.0
+                loss = loss_fn(_loss_input(out, y), y) if len(x) else out.sum() * 0.0
             share = len(x) / len(xb) if len(xb) else 1.0 / len(pieces)
             factor = weight if len(pieces) == 1 else weight * share
             scaled = loss if factor == 1.0 else loss * factor

@@ -170,3 +170,22 @@ def adam_default_foreach(params) -> bool | None:
 def has_cuda_memory_tool(name: str) -> bool:
     """Whether ``torch.cuda.memory`` has the (underscored) snapshot tool ``name``, e.g. ``_dump_snapshot``."""
     return hasattr(torch.cuda.memory, name)
+
+
+# ----------------------------------------------------------------------------- pipelining
+
+
+class NoSelfSendWarmup:
+    """Mix into a ``PipelineStage`` subclass: torch 2.9 to 2.11's first-step warm-up without sends to oneself.
+
+    Before its first step, a pipeline schedule of torch 2.9 to 2.11 sends a number to each neighbouring stage and
+    receives one from it (``_get_init_p2p_neighbors_ops``, pytorch/pytorch#160210), to the stage on this same rank
+    too where a V-shaped schedule (ZBVZeroBubble, DualPipeV) puts two neighbours on one rank. gloo has no
+    connection from a rank to itself ("Pair is not connected"), so those are left out. torch 2.12 and later do
+    not call the method for a ``PipelineStage``.
+    """
+
+    def _get_init_p2p_neighbors_ops(self) -> list:
+        import torch.distributed as dist
+
+        return [op for op in super()._get_init_p2p_neighbors_ops() if op.peer != dist.get_rank()]

@@ -10,6 +10,7 @@ import psutil
 import pytest
 import torch
 
+from gpulab import torch_versions
 from gpulab.distributed import pipelines
 from gpulab.distributed.pipelines_probe import SHAPE, SavedBytes, batch, blocks, mse
 from gpulab.exercises.pipelines import QUESTIONS_13, check_in_flight
@@ -81,7 +82,14 @@ def test_bubbles_are_shares_and_the_formula_is_a_floor_for_one_micro_batch(lesso
     assert all(r["formula"] == pipelines.bubble_formula(2, r["micro-batches"]) for r in rows)
 
 
+TORCH_2_13 = pytest.mark.skipif(torch_versions.release(torch.__version__) < torch_versions.release("2.13"),
+                                reason="pins torch 2.13's messages: before 2.13 the last stage does not refuse a batch "
+                                       "too small for its micro-batches (pytorch/pytorch#180937), and 2.11 still checks "
+                                       "the first stage's input shapes (PipeliningShapeError)")
+
+
 @pytest.mark.slow
+@TORCH_2_13
 def test_fewer_micro_batches_than_stages_and_too_small_batches_are_refused_on_every_rank(lesson):
     said = {case["case"]: case["per_rank"] for case in lesson.report["schedules"]["refused"]}
     one, dual, rounds, small = said.values()
@@ -93,6 +101,7 @@ def test_fewer_micro_batches_than_stages_and_too_small_batches_are_refused_on_ev
 
 
 @pytest.mark.slow
+@TORCH_2_13
 def test_a_batch_that_does_not_divide_fails_on_the_last_stage_and_times_out_the_first(lesson):
     odd = lesson.report["schedules"]["uneven"]
     assert odd["chunks"] == [3, 3, 2, 2]

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from gpulab import step
 from gpulab.models import mlp
 from gpulab.step import train_step
 from gpulab.train import fit, max_abs_difference
@@ -120,3 +121,17 @@ def test_mlp_from_widths():
     for bad in ([4], [4, 0], [4, 2.0]):
         with pytest.raises(ValueError):
             mlp(bad)
+
+
+def test_a_float64_model_trains_with_the_default_loss():
+    # torch < 2.12 fails in mse_loss's backward on a float32 input and a float64 target (pytorch/pytorch#94086):
+    # notebook 12's float64 run did so on the H200's torch 2.11.
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1).double()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 3, dtype=torch.float64), torch.randn(8, 1, dtype=torch.float64)
+    loss = train_step(model, opt, x, y)
+    assert loss.dtype == torch.float32 and model.weight.grad.dtype == torch.float64
+    assert step._loss_input(torch.ones(2, dtype=torch.bfloat16), torch.ones(2)).dtype == torch.float32
+    assert step._loss_input(torch.ones(2), torch.ones(2, dtype=torch.float64)).dtype == torch.float64
+    assert step._loss_input(torch.ones(2), torch.ones(2, dtype=torch.long)).dtype == torch.float32

@@ -58,6 +58,26 @@ def test_compile_and_optimizer_internals_answer():
     assert callable(tp.dynamo_explain(lambda x: x + 1))
 
 
+def test_the_warmup_without_self_sends_keeps_every_op_to_another_rank(monkeypatch):
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+    from torch.distributed.pipelining.stage import _PipelineStageBase
+
+    assert hasattr(_PipelineStageBase, "_get_init_p2p_neighbors_ops")  # the name the mixin overrides still exists
+    ops = [SimpleNamespace(peer=p) for p in (0, 1, 1, 2)]
+
+    class Base:
+        def _get_init_p2p_neighbors_ops(self):
+            return ops
+
+    class Stage(tp.NoSelfSendWarmup, Base):
+        pass
+
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 1)
+    assert [op.peer for op in Stage()._get_init_p2p_neighbors_ops()] == [0, 2]
+
+
 def test_a_missing_name_says_what_to_use_instead():
     with pytest.raises(tp.PrivateAPIMissing, match=r"has no torch\.nn\.no_such_name: do this instead"):
         tp._private("torch.nn", "no_such_name", "do this instead")

@@ -21,7 +21,7 @@ from torch.distributed.pipelining import PipelineStage
 from torch.profiler import record_function
 
 from gpulab.timing import Stopwatch
-from gpulab.torch_private import trace_start_us
+from gpulab.torch_private import NoSelfSendWarmup, trace_start_us
 
 LABEL = "stage "  # the profiler ranges of LabelledStage start with it
 #: The model and batch every part uses (small enough for CPU ranks, large enough to time).
@@ -53,7 +53,7 @@ def mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return ((output - target) ** 2).mean()
 
 
-class LabelledStage(PipelineStage):
+class LabelledStage(NoSelfSendWarmup, PipelineStage):
     """A ``PipelineStage`` that labels each micro-batch's forward and backward (``stage 0 F3``, ``stage 0 B3``).
 
     Each label is a profiler range; while ``clock`` (a started ``Stopwatch``) is set, each is also appended to

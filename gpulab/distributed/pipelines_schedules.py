@@ -172,11 +172,18 @@ def _attempt(schedule: str, micro_batches: int, rank: int, ranks: int, group, pe
 
 
 def refused(ranks: int, rank: int, group) -> list[dict]:
-    """What every rank says for each case of :data:`REFUSED`."""
+    """What every rank says for each case of :data:`REFUSED`.
+
+    The cases run on a group that gives up after :data:`UNEVEN_TIMEOUT_S` seconds: torch 2.13 refuses each on
+    every rank before any message, but before 2.13 (pytorch/pytorch#180937) the last stage splits a too small
+    batch's targets without a word and waits for the first stage, which has refused.
+    """
+    short = dist.new_group(list(range(ranks)), timeout=datetime.timedelta(seconds=UNEVEN_TIMEOUT_S),
+                           use_local_synchronization=True)
     out = []
     for what, schedule, m, per_rank, rows in REFUSED:
         everyone: list = [None] * ranks
-        dist.all_gather_object(everyone, _attempt(schedule, m, rank, ranks, group, per_rank, rows), group=group)
+        dist.all_gather_object(everyone, _attempt(schedule, m, rank, ranks, short, per_rank, rows), group=group)
         out.append({"case": what, "per_rank": everyone})
     return out
 
