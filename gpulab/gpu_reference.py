@@ -1,22 +1,16 @@
 """Reference results recorded on real GPUs, and a plot of "this machine" next to them.
 
-``scripts/gpu_measure.py`` (run first by ``scripts/gpu_check.sh``) writes, for one device with
-slug ``SLUG`` (e.g. ``nvidia-h200``), files committed unchanged under ``gpulab/reference/``:
+``scripts/gpu_measure.py`` (run first by ``scripts/gpu_check.sh``) writes, for one device with slug ``SLUG``
+(e.g. ``nvidia-h200``), files committed unchanged under ``gpulab/reference/``: bench files
+(``SLUG-matmul-float32.json``, ``SLUG-copy-h2d.json``... exactly as :func:`gpulab.bench_results.save_results`
+writes them) and ``SLUG-measure.json``, every other figure as tables of rows (format :data:`MEASURE_FORMAT`).
+Any other JSON in the folder is skipped. None may be recorded yet: then every helper says so plainly.
+``GPULAB_REFERENCE_DIR`` (read at each call) points the helpers at another folder (``gpu_check.sh`` runs the
+notebooks with the files it has just measured). The API, used by the notebooks::
 
-- ``SLUG-matmul-float32.json``, ``SLUG-copy-h2d.json``, ...: bench files, exactly as
-  :func:`gpulab.bench_results.save_results` (and ``gpulab bench ... --json``) writes them;
-- ``SLUG-measure.json``: the environment and every other figure (the Boston loop, DataParallel,
-  DDP, autocast steps, memory), as tables of rows, format :data:`MEASURE_FORMAT`.
-
-Any other JSON in the folder (``doctor.json``...) is skipped. None may be recorded yet: then every
-helper here says so plainly. ``GPULAB_REFERENCE_DIR`` (read at each call) points the helpers at another
-folder: ``scripts/gpu_check.sh`` runs the notebooks with the files it has just measured in place. The API,
-used by the notebooks::
-
-    from gpulab import gpu_reference
     gpu_reference.load_references()                      # -> list[Reference], one per bench file
     gpu_reference.reference_results("matmul", "float32") # -> list[BenchResult] from every file
-    print(gpu_reference.summary())                       # one line per file, or "no GPU reference recorded yet"
+    print(gpu_reference.summary())  # "10 bench files and 1 measurement file:", one line each, or "none yet"
     gpu_reference.plot_against_references(mine, "matmul", dtype="float32")   # -> matplotlib Axes
     print(gpu_reference.recorded("boston_loop"))         # a recorded table, or "no GPU reference recorded yet"
 
@@ -70,11 +64,7 @@ class Reference:
     @property
     def devices(self) -> list[str]:
         """The device descriptions measured in this file, in order of first appearance."""
-        seen: list[str] = []
-        for r in self.results:
-            if r.description not in seen:
-                seen.append(r.description)
-        return seen
+        return list(dict.fromkeys(r.description for r in self.results))
 
 
 def reference_dir() -> Path:
@@ -97,10 +87,8 @@ def _json_files(directory: str | Path | None) -> list[tuple[Path, object]]:
 
 def load_references(directory: str | Path | None = None) -> list[Reference]:
     """Every bench file among ``directory``'s ``*.json`` (default: the package's reference folder), by name.
-
-    JSON files of another kind (a measurement file, ``doctor.json``) are skipped; a file that is not
-    valid JSON, or claims to be a bench file but is broken, raises a ValueError naming it.
-    """
+    JSON files of another kind (a measurement file, ``doctor.json``) are skipped; a file that is not valid JSON,
+    or claims to be a bench file but is broken, raises a ValueError naming it."""
     found = []
     for path, data in _json_files(directory):
         if is_bench_file(data):
@@ -135,22 +123,47 @@ def load_measurements(directory: str | Path | None = None) -> list[Measurement]:
             if isinstance(data, dict) and data.get("format") == MEASURE_FORMAT]
 
 
+def _with_workers(rows: list[dict], files: list, folder: Path) -> list[dict]:
+    """Rows of a bench step with a ``workers`` column (after ``non_blocking``) read from the bench files the step
+    wrote, result by result, where those results carry a DataLoader's ``num_workers``; else the rows unchanged."""
+    if not files or any("workers" in row for row in rows):
+        return rows
+    results = [r for ref in load_references(folder) if ref.name in files for r in ref.results]
+    if (len(results) != len(rows) or all(r.workers is None for r in results)
+            or any((row.get("size"), row.get("pinned")) != (r.size, r.pinned) for row, r in zip(rows, results))):
+        return rows
+    out = []
+    for row, r in zip(rows, results):
+        new = {}
+        for key, value in row.items():
+            new[key] = value
+            if key == "non_blocking":
+                new["workers"] = r.workers
+        out.append({**new, "workers": r.workers})  # keeps its place when set above
+    return out
+
+
 def recorded_rows(topic: str, directory: str | Path | None = None) -> list[tuple[Measurement, list[dict]]]:
-    """``(measurement, rows)`` for each measurement file that recorded ``topic`` successfully."""
+    """``(measurement, rows)`` for each measurement file that recorded ``topic`` successfully; rows of a step that
+    wrote bench files (``"loader"``) gain each result's DataLoader ``workers`` from those files."""
+    folder = Path(directory) if directory is not None else reference_dir()
     out = []
     for m in load_measurements(directory):
         step = m.step(topic)
         if step and step.get("status") == "ok" and step.get("rows"):
-            out.append((m, list(step["rows"])))
+            out.append((m, _with_workers(list(step["rows"]), list(step.get("files") or []), folder)))
     return out
 
 
-def recorded(topic: str, directory: str | Path | None = None) -> str:
-    """The recorded table(s) of ``topic`` with where and when they were measured, or a plain "none yet"."""
+def recorded(topic: str, directory: str | Path | None = None, *, leave_out: Sequence[str] = ()) -> str:
+    """The recorded table(s) of ``topic`` with where and when they were measured, or a plain "none yet".
+    ``leave_out`` names columns not to print (e.g. one that would mislead beside the lesson)."""
     found = recorded_rows(topic, directory)
     if not found:
         return f"No GPU reference recorded yet for {topic!r} (gpulab/reference/ has no measurement of it)."
-    blocks = [f"recorded on {m.description}:\n{format_rows(rows)}" for m, rows in found]
+    blocks = [f"recorded on {m.description}:\n"
+              f"{format_rows([{k: v for k, v in row.items() if k not in leave_out} for row in rows])}"
+              for m, rows in found]
     return "\n\n".join(blocks)
 
 
@@ -179,7 +192,9 @@ def summary(directory: str | Path | None = None) -> str:
     refs, measured = load_references(directory), load_measurements(directory)
     if not refs:
         return NONE_RECORDED
-    lines = [f"{len(refs)} reference file(s):"]
+    count = {what: f"{len(files)} {what} file" + "s" * (len(files) != 1)
+             for what, files in (("bench", refs), ("measurement", measured))}
+    lines = [f"{count['bench']} and {count['measurement']}:"]
     for ref in refs:
         env = ref.environment
         best = []

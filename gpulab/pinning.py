@@ -4,6 +4,13 @@ Who pins depends on ``num_workers`` (:func:`who_pins` prints torch's own lines):
 the main process pins each batch inside ``next()``, so the loop waits for it; with worker processes,
 one extra thread of the main process pins the batches the workers made, while the loop runs.
 
+What workers cost (:func:`worker_costs`, read in torch's ``dataloader.py`` and ``multiprocessing/reductions.py``):
+with ``persistent_workers=False`` (the default) every ``for batch in loader`` starts ``num_workers`` new
+processes, and a worker hands each batch to the main process through a queue. To send a tensor, torch moves
+its whole *storage* into shared memory (``storage._share_fd_cpu_()``), and a slice is a view of the full
+tensor: so each new worker started by ``fork`` (Linux) first copies the whole dataset tensor, then the main
+process maps that memory; one started by ``spawn`` (macOS, Windows) is a fresh Python that imports torch first.
+
 A plain ``DataLoader(dataset, batch_size=4096)`` fetches 4096 single samples and collates them in
 Python: for 65,536 rows that per-sample work takes longer than the copies it is meant to compare.
 Here every batch is ONE slice of the stored tensors (:class:`SliceSampler`, ``batch_size=None``),
@@ -18,8 +25,11 @@ The result is a :class:`gpulab.bench_results.BenchResult` with ``probe="copy"`` 
 from __future__ import annotations
 
 import inspect
+import os
 import re
+import statistics
 import warnings
+from typing import Sequence
 
 import torch
 from torch.utils.data import DataLoader, Sampler, TensorDataset
@@ -56,13 +66,15 @@ class SliceSampler(Sampler):
 
 
 def slice_loader(X: torch.Tensor, y: torch.Tensor, batch_size: int, *, pin_memory: bool = False,
-                 num_workers: int = 0) -> DataLoader:
+                 num_workers: int = 0, persistent_workers: bool = False) -> DataLoader:
     """A ``DataLoader`` over ``(X, y)`` whose batches are slices (no per-sample collation)."""
     if len(X) != len(y):
         raise ValueError(f"X has {len(X)} rows but y has {len(y)}: they must match")
     non_negative_int(num_workers, "num_workers")
+    if persistent_workers and not num_workers:
+        raise ValueError("persistent_workers=True needs num_workers >= 1: there are no workers to keep")
     return DataLoader(TensorDataset(X, y), sampler=SliceSampler(len(X), batch_size), batch_size=None,
-                      pin_memory=pin_memory, num_workers=num_workers)
+                      pin_memory=pin_memory, num_workers=num_workers, persistent_workers=persistent_workers)
 
 
 #: Where torch's DataLoader pins a batch: (num_workers, the iterator class, its method that pins, a word in
@@ -105,6 +117,9 @@ def loader_probe(device: str | torch.device, size_mb: int = 256, *, batch_rows: 
     that ``.to(device, non_blocking=...)`` is a direct DMA transfer. With ``num_workers=0`` the main
     process pins each batch itself before the copy; with workers, a pin thread pins the next batches
     while the loop copies this one. On the CPU the pass only measures the loader itself (a dry run).
+    The figure is the median of whole passes after one warm-up pass (``timing.time_call``). With
+    ``num_workers >= 1`` every pass starts its own workers (``persistent_workers=False``, as a default
+    DataLoader does every epoch): start-up and each worker's copy of the data into shared memory are in it.
     """
     size_mb = positive_int(size_mb, "size_mb")
     positive_int(batch_rows, "batch_rows")
@@ -123,3 +138,99 @@ def loader_probe(device: str | torch.device, size_mb: int = 256, *, batch_rows: 
                          seconds=seconds, rate=moved / seconds / 1e9, unit="GB/s", kind="loader",
                          pinned=bool(pin_memory), non_blocking=bool(non_blocking), bytes_moved=moved,
                          repeats=repeats, workers=num_workers)
+
+
+def pass_speeds(passes: Sequence[bench_results.BenchResult]) -> list[dict]:
+    """Loader passes (:func:`loader_probe` results, measured or recorded) as table rows: settings, ms per pass, and
+    ``x_pageable``, how many times as fast as the pageable pass without workers on the same device and size."""
+    def key(r):
+        return r.device, r.description, r.size
+
+    base = {key(r): r.seconds for r in passes if r.kind == "loader" and not (r.pinned or r.non_blocking or r.workers)}
+    return [{"device": r.description, "MiB": r.size, "pinned": bool(r.pinned), "non_blocking": bool(r.non_blocking),
+             "workers": r.workers or 0, "ms": r.seconds * 1e3,
+             "x_pageable": base[key(r)] / r.seconds if key(r) in base else None}
+            for r in passes if r.kind == "loader"]
+
+
+def worker_costs(device: str | torch.device, size_mb: int = 256, num_workers: int = 2, *, batch_rows: int = 4096,
+                 features: int = 1024, repeats: int = 3, min_run_time: float = 0.2) -> list[dict]:
+    """Milliseconds of one pass over ``size_mb`` MiB of slices moved to ``device`` (pageable), four ways.
+
+    Rows ``{"workers", "persistent_workers", "pass", "ms"}``: no workers (median after a warm-up,
+    ``time_call``); ``num_workers`` new workers each pass (the default; median of ``repeats`` whole passes,
+    each timed with a ``Stopwatch``, start-up included); the same workers kept alive, their first pass (once:
+    start-up and each worker's copy of the data into shared memory) and later passes (median, ``time_call``).
+    """
+    positive_int(num_workers, "num_workers")
+    positive_int(repeats, "repeats")
+    dev = devices.pick_device(device)
+    rows = max(1, positive_int(size_mb, "size_mb") * 2**20 // (4 * (positive_int(features, "features") + 1)))
+    X, y = torch.ones(rows, features), torch.ones(rows, 1)  # written, so every page is real; faster than randn
+    stmt = "for xb, yb in loader:\n    xb.to(dev); yb.to(dev)"
+
+    def run(loader):
+        exec(stmt, {"loader": loader, "dev": dev})
+
+    def row(workers, persistent, what, seconds):
+        return {"workers": workers, "persistent_workers": persistent, "pass": what, "ms": seconds * 1e3}
+
+    plain = slice_loader(X, y, batch_rows)
+    out = [row(0, False, "every pass", timing.time_call(stmt, {"loader": plain, "dev": dev}, dev, warmup=1,
+                                                         min_run_time=min_run_time)[0])]
+    fresh = slice_loader(X, y, batch_rows, num_workers=num_workers)
+    times = []
+    for _ in range(repeats):
+        with timing.Stopwatch(dev) as clock:
+            run(fresh)
+        times.append(clock.seconds)
+    out.append(row(num_workers, False, "every pass", statistics.median(times)))
+    kept = slice_loader(X, y, batch_rows, num_workers=num_workers, persistent_workers=True)
+    with timing.Stopwatch(dev) as clock:
+        run(kept)
+    out.append(row(num_workers, True, "first pass", clock.seconds))
+    later = timing.time_call(stmt, {"loader": kept, "dev": dev}, dev, warmup=0, min_run_time=min_run_time)[0]
+    out.append(row(num_workers, True, "later passes", later))
+    del kept  # ends the kept workers
+    return out
+
+
+def _pinned_x(rows: list[dict]) -> float | None:
+    return next((r["x_pageable"] for r in rows if r["pinned"] and r["non_blocking"] and not r["workers"]), None)
+
+
+def worker_lines(costs: list[dict], recorded: Sequence[bench_results.BenchResult] = ()) -> list[str]:
+    """What workers added to a pass here (:func:`worker_costs` rows) and, where recorded, to a pageable GPU pass."""
+    by_kind = {(r["persistent_workers"], r["pass"]): r["ms"] for r in costs if r["workers"]}
+    plain, n = costs[0]["ms"], max(r["workers"] for r in costs)
+    new, later, plural = by_kind[(False, "every pass")], by_kind[(True, "later passes")], "s" * (n != 1)
+    lines = [f"this machine: {n} new worker{plural} added {new - plain:.0f} ms to a pass; "
+             f"{n} kept worker{plural} added {later - plain:.0f} ms to a later pass"]
+    pageable = {r["workers"]: r for r in pass_speeds(recorded) if not r["pinned"] and not r["non_blocking"]}
+    if 0 in pageable and len(pageable) > 1:
+        w = max(pageable)
+        lines.append(f"recorded on {pageable[w]['device']}: {w} new workers added "
+                     f"{pageable[w]['ms'] - pageable[0]['ms']:.0f} ms to a pageable pass")
+    return lines
+
+
+def pinning_verdict(mine: Sequence[bench_results.BenchResult],
+                    recorded: Sequence[bench_results.BenchResult] = ()) -> list[str]:
+    """Whether pinning paid: the recorded pinned pass against its pageable pass, then this machine's (``mine``,
+    empty without CUDA). A pinned pass slower than the pageable one is explained: the CPU makes the pinning copy."""
+    lines, theirs = [], pass_speeds(recorded)
+    if _pinned_x(theirs) is not None:
+        lines.append(f"recorded on {theirs[0]['device']}: the pinned pass was {_pinned_x(theirs):.2f}x as fast as the "
+                     "pageable pass")
+    x = _pinned_x(pass_speeds(mine))
+    if x is None:
+        lines.append("this machine: no CUDA GPU, nothing to pin for (pin_memory=torch.cuda.is_available() is False)")
+    elif x >= 1:
+        lines.append(f"this machine: the pinned pass was {x:.2f}x as fast as the pageable pass: pinning paid")
+    else:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        lines += [f"this machine: the pinned pass was only {x:.2f}x as fast as the pageable pass: pinning did not pay.",
+                  "  The CPU makes the pinning copy inside next(), and busy cores slow it"
+                  + (f" (load average {load:.1f} on {os.cpu_count()} cores)" if load is not None else "")
+                  + ". Re-run the measurement."]
+    return lines

@@ -30,7 +30,8 @@ def test_the_package_folder_loads_and_says_what_it_holds():
     refs = gpu_reference.load_references()
     text = gpu_reference.summary()
     if refs:
-        assert f"{len(refs)} reference file(s)" in text
+        assert text.startswith(f"{len(refs)} bench file")
+        assert f"{len(gpu_reference.load_measurements())} measurement file" in text.splitlines()[0]
     else:
         assert text == gpu_reference.NONE_RECORDED and "No GPU reference recorded yet" in text
     assert (gpu_reference.REFERENCE_DIR / "README.md").is_file()
@@ -57,7 +58,7 @@ def test_load_and_filter(recorded):
 def test_summary_names_each_file(recorded):
     folder, _ = recorded
     text = gpu_reference.summary(folder)
-    assert text.startswith("1 reference file(s):") and "somegpu.json" in text
+    assert text.startswith("1 bench file and 0 measurement files:") and "somegpu.json" in text
     assert "best matmul" in text and "best copy" in text
 
 
@@ -81,6 +82,9 @@ def test_json_files_of_another_kind_are_skipped(recorded):
     text = gpu_reference.summary(folder)
     assert "somegpu.json" in text and "doctor.json" not in text
     assert "fake-gpu-measure.json: Fake GPU (cuda:0), torch 9.9" in text
+    assert text.startswith("1 bench file and 1 measurement file:")
+    _measurement(folder, name="other-gpu")
+    assert gpu_reference.summary(folder).startswith("1 bench file and 2 measurement files:")
 
 
 def _measurement(folder, steps=None, name="fake-gpu"):
@@ -149,3 +153,51 @@ def test_plot_says_when_none_is_recorded(tmp_path):
     assert "no reference result recorded yet" in ax.get_title()
     assert len(ax.get_lines()) == 1 and ax.get_ylabel() == "GB/s"
     plt.close("all")
+
+
+def _loader_folder(tmp_path, rows_carry_workers=False):
+    """A bench file of loader passes (0 and 2 workers), and a measurement whose loader rows name it (as gpu_measure)."""
+    from gpulab import pinning
+
+    rs = [pinning.loader_probe("cpu", 1, batch_rows=256, features=15, num_workers=w, min_run_time=FAST) for w in (0, 2)]
+    bench_results.save_results(tmp_path / "fake-gpu-copy-loader.json", rs)
+    rows = [{"size": r.size, "unit": "MiB", "pinned": r.pinned, "non_blocking": r.non_blocking, "ms": r.seconds * 1e3,
+             **({"workers": r.workers} if rows_carry_workers else {}), "rate": r.rate, "rate_unit": r.unit} for r in rs]
+    _measurement(tmp_path, {"loader": {"status": "ok", "files": ["fake-gpu-copy-loader.json"], "rows": rows},
+                            "autocast_step": {"status": "ok", "rows": [{"variant": "float32", "ms_per_step": 2.0,
+                                                                        "final_loss": 1.5}]}})
+    return rs
+
+
+def test_recorded_loader_rows_gain_the_workers_of_their_bench_file(tmp_path):
+    rs = _loader_folder(tmp_path)
+    [(_, rows)] = gpu_reference.recorded_rows("loader", tmp_path)
+    assert [r["workers"] for r in rows] == [0, 2]
+    assert list(rows[0])[:5] == ["size", "unit", "pinned", "non_blocking", "workers"]  # right after non_blocking
+    header = gpu_reference.recorded("loader", tmp_path).splitlines()[1].split()
+    assert header[:5] == ["size", "unit", "pinned", "non_blocking", "workers"]
+    # Rows that already carry workers are left as they are; rows that do not match their file are too.
+    _loader_folder(tmp_path, rows_carry_workers=True)
+    [(_, rows)] = gpu_reference.recorded_rows("loader", tmp_path)
+    assert [r["workers"] for r in rows] == [0, 2] and list(rows[0]).count("workers") == 1
+    bench_results.save_results(tmp_path / "fake-gpu-copy-loader.json", rs[:1])
+    data = json.loads((tmp_path / "fake-gpu-measure.json").read_text())
+    for row in data["steps"]["loader"]["rows"]:
+        row.pop("workers")
+    (tmp_path / "fake-gpu-measure.json").write_text(json.dumps(data))
+    [(_, rows)] = gpu_reference.recorded_rows("loader", tmp_path)
+    assert all("workers" not in r for r in rows)  # 2 rows, 1 result: no guessing
+
+
+def test_the_package_loader_table_shows_its_worker_passes():
+    text = gpu_reference.recorded("loader")
+    if text.startswith("No GPU reference"):
+        pytest.skip("no loader step recorded in gpulab/reference/")
+    assert "workers" in text.splitlines()[1]
+
+
+def test_recorded_can_leave_out_a_column(tmp_path):
+    _loader_folder(tmp_path)
+    assert "final_loss" in gpu_reference.recorded("autocast_step", tmp_path)
+    text = gpu_reference.recorded("autocast_step", tmp_path, leave_out=("final_loss",))
+    assert "final_loss" not in text and "ms_per_step" in text and "1.5" not in text

@@ -90,3 +90,89 @@ def test_loader_probe_with_worker_processes_records_them():
     r = pinning.loader_probe("cpu", 1, batch_rows=256, features=15, num_workers=2, min_run_time=0.01)
     assert r.workers == 2 and "2 workers" in r.label
     assert pinning.loader_probe("cpu", 1, batch_rows=256, features=15, min_run_time=0.01).workers == 0
+
+
+def test_persistent_workers_need_workers():
+    with pytest.raises(ValueError, match="persistent_workers=True needs num_workers >= 1"):
+        pinning.slice_loader(torch.zeros(4, 1), torch.zeros(4, 1), 2, persistent_workers=True)
+    loader = pinning.slice_loader(torch.zeros(4, 1), torch.zeros(4, 1), 2, num_workers=1, persistent_workers=True)
+    assert loader.persistent_workers and loader.num_workers == 1
+
+
+def _loader_result(seconds, pinned=False, non_blocking=False, workers=0, description="Fake GPU", size=256):
+    from gpulab.bench_results import BenchResult
+
+    return BenchResult(probe="copy", device="cuda:0", description=description, torch_version="9.9", backend="CUDA",
+                       threads=1, dtype="float32", size=size, seconds=seconds, rate=1.0, unit="GB/s", date="2026",
+                       kind="loader", pinned=pinned, non_blocking=non_blocking, workers=workers)
+
+
+def test_pass_speeds_compare_each_pass_with_the_pageable_one_of_its_device_and_size():
+    passes = [_loader_result(0.040), _loader_result(0.008, True, True), _loader_result(0.400, True, True, 2),
+              _loader_result(0.010, True, True, description="Other GPU")]  # no pageable pass of its own
+    rows = pinning.pass_speeds(passes)
+    assert [r["x_pageable"] for r in rows[:3]] == [pytest.approx(1.0), pytest.approx(5.0), pytest.approx(0.1)]
+    assert rows[3]["x_pageable"] is None
+    assert [r["workers"] for r in rows] == [0, 0, 2, 0] and rows[1]["ms"] == pytest.approx(8.0)
+    assert pinning.pass_speeds([]) == []
+
+
+def test_pass_speeds_of_the_recorded_h200_passes_show_pinning_won_and_workers_lost():
+    from gpulab import gpu_reference
+
+    recorded = [r for r in gpu_reference.reference_results("copy", kind="loader") if r.description == "NVIDIA H200"]
+    if not recorded:
+        pytest.skip("no H200 loader passes in gpulab/reference/")
+    rows = {(r["pinned"], r["non_blocking"], r["workers"]): r["x_pageable"] for r in pinning.pass_speeds(recorded)}
+    assert rows[(True, True, 0)] > 1 and rows[(False, False, 2)] < 1 and rows[(True, True, 2)] < 1
+
+
+def test_worker_costs_times_the_four_ways_on_the_cpu():
+    rows = pinning.worker_costs("cpu", 1, 1, batch_rows=64, features=15, repeats=1, min_run_time=0.01)
+    assert [(r["workers"], r["persistent_workers"], r["pass"]) for r in rows] == [
+        (0, False, "every pass"), (1, False, "every pass"), (1, True, "first pass"), (1, True, "later passes")]
+    assert all(r["ms"] > 0 for r in rows)
+    # Starting a worker process costs more than handing out views in the main process.
+    assert rows[1]["ms"] > rows[0]["ms"] and rows[2]["ms"] > rows[0]["ms"]
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: pinning.worker_costs("cpu", 0), "size_mb=0"),
+    (lambda: pinning.worker_costs("cpu", 1, 0), "num_workers=0"),
+    (lambda: pinning.worker_costs("cpu", 1, repeats=0), "repeats=0"),
+    (lambda: pinning.worker_costs("tpu", 1), "device"),
+])
+def test_worker_costs_bad_inputs(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_pinning_verdict_follows_what_was_measured(monkeypatch):
+    recorded = [_loader_result(0.040, description="H200"), _loader_result(0.008, True, True, description="H200")]
+    won = [_loader_result(0.050), _loader_result(0.010, True, True), _loader_result(0.5, True, True, 2)]
+    lost = [_loader_result(0.048), _loader_result(0.057, True, True)]
+    assert pinning.pinning_verdict([], recorded) == [
+        "recorded on H200: the pinned pass was 5.00x as fast as the pageable pass",
+        "this machine: no CUDA GPU, nothing to pin for (pin_memory=torch.cuda.is_available() is False)"]
+    assert pinning.pinning_verdict(won, recorded)[1].endswith("5.00x as fast as the pageable pass: pinning paid")
+    monkeypatch.setattr(pinning.os, "getloadavg", lambda: (40.0, 30.0, 20.0), raising=False)
+    monkeypatch.setattr(pinning.os, "cpu_count", lambda: 16)
+    verdict = pinning.pinning_verdict(lost)  # nothing recorded: only this machine's lines
+    assert verdict[0] == "this machine: the pinned pass was only 0.84x as fast as the pageable pass: pinning did not pay."
+    assert "inside next()" in verdict[1] and "(load average 40.0 on 16 cores)" in verdict[1]
+    monkeypatch.delattr(pinning.os, "getloadavg", raising=False)  # Windows has no load average
+    assert "load average" not in pinning.pinning_verdict(lost)[1]
+
+
+def test_worker_lines_say_what_workers_added_here_and_where_recorded():
+    costs = [{"workers": 0, "persistent_workers": False, "pass": "every pass", "ms": 1.0},
+             {"workers": 2, "persistent_workers": False, "pass": "every pass", "ms": 501.0},
+             {"workers": 2, "persistent_workers": True, "pass": "first pass", "ms": 700.0},
+             {"workers": 2, "persistent_workers": True, "pass": "later passes", "ms": 11.0}]
+    recorded = [_loader_result(0.036), _loader_result(0.007, True, True), _loader_result(0.418, workers=2)]
+    assert pinning.worker_lines(costs, recorded) == [
+        "this machine: 2 new workers added 500 ms to a pass; 2 kept workers added 10 ms to a later pass",
+        "recorded on Fake GPU: 2 new workers added 382 ms to a pageable pass"]
+    assert len(pinning.worker_lines(costs)) == 1 and len(pinning.worker_lines(costs, recorded[:2])) == 1
+    real = pinning.worker_costs("cpu", 1, 1, batch_rows=64, features=15, repeats=1, min_run_time=0.01)
+    assert pinning.worker_lines(real)[0].startswith("this machine: 1 new worker added")

@@ -164,3 +164,64 @@ def test_a_mode_the_device_cannot_run_becomes_a_note(monkeypatch):
     row = {r["mode"]: r for r in precision.matmul_modes("cpu", 8, ("float32", "float16"), 0.01)}["float16"]
     assert row["ms"] is None and "not implemented" in row["note"]
 
+
+
+@pytest.fixture
+def capability(cuda_reported, monkeypatch):
+    """CUDA reported with one GPU of the compute capability the test sets (a T4 is 7.5), on any machine."""
+    chosen = {"cc": (7, 5)}
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: chosen["cc"])
+    return chosen
+
+
+def test_a_t4_has_neither_native_bfloat16_nor_tf32(capability):
+    assert precision.cuda_capability("cuda") == (7, 5)
+    assert precision.bf16_supported("cuda") is False
+    assert precision.tf32_supported("cuda") is False
+    assert precision.training_autocast_dtype("cuda") == torch.float16  # fit adds a GradScaler for float16 on CUDA
+    expected = "compute capability 7.5: no TF32 tensor cores, so this is strict float32"
+    assert precision.hardware_note("cuda", "tf32") == expected
+    assert "compute capability 7.5: no native bfloat16" in precision.hardware_note("cuda:0", "autocast bfloat16")
+    assert "float16 with GradScaler" in precision.hardware_note("cuda", torch.bfloat16)
+    assert precision.hardware_note("cuda", "float16") == precision.hardware_note("cuda", "float32") == ""
+
+
+def test_an_ampere_or_newer_gpu_has_both(capability):
+    capability["cc"] = (9, 0)
+    assert precision.cuda_capability("cuda") == (9, 0)
+    assert precision.bf16_supported("cuda") and precision.tf32_supported("cuda")
+    assert precision.training_autocast_dtype("cuda") == torch.bfloat16
+    assert precision.hardware_note("cuda", "tf32") == precision.hardware_note("cuda", "autocast bfloat16") == ""
+
+
+def test_the_cpu_has_no_capability_and_no_hardware_note():
+    assert precision.cuda_capability("cpu") is None and not precision.tf32_supported("cpu")
+    assert precision.hardware_note("cpu", "tf32") == precision.hardware_note("cpu", "bfloat16") == ""
+    assert precision.training_autocast_dtype("cpu") == torch.bfloat16  # CPU autocast runs bfloat16
+
+
+def test_rocm_is_not_given_an_nvidia_capability(capability, monkeypatch):
+    monkeypatch.setattr(torch.version, "hip", "6.0")
+    assert precision.cuda_capability("cuda") is None and precision.hardware_note("cuda", "tf32") == ""
+    assert precision.bf16_supported("cuda") and precision.training_autocast_dtype("cuda") == torch.bfloat16
+
+
+def test_matmul_modes_on_a_t4_skip_bfloat16_and_say_tf32_is_float32(capability, monkeypatch):
+    timed = []
+
+    def fake_seconds(device, mode, n, min_run_time):
+        timed.append(mode)
+        return 0.004 if mode in ("float32", "tf32") else 0.001
+
+    monkeypatch.setattr(precision, "matmul_mode_seconds", fake_seconds)
+    rows = {r["mode"]: r for r in precision.matmul_modes("cuda", 64, min_run_time=0.01)}
+    assert "autocast bfloat16" not in timed and "bfloat16" not in timed  # never run emulated
+    for mode in ("autocast bfloat16", "bfloat16"):
+        assert rows[mode]["ms"] is None and rows[mode]["note"].startswith("skipped: compute capability 7.5")
+    assert rows["tf32"]["ms"] == pytest.approx(4.0) and "no TF32 tensor cores" in rows["tf32"]["note"]
+    assert rows["float16"]["x_float32"] == pytest.approx(4.0) and rows["float16"]["note"] == ""
+    capability["cc"] = (8, 0)
+    timed.clear()
+    rows = {r["mode"]: r for r in precision.matmul_modes("cuda", 64, min_run_time=0.01)}
+    assert "bfloat16" in timed and all(r["note"] == "" for r in rows.values())
