@@ -145,6 +145,46 @@ def compare_loops(device: str | torch.device, epochs: int, repeats: int, batch_s
             "spread": {name: (min(r), max(r)) for name, r in runs.items()}, "models": models}
 
 
+def loop_rates(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Recorded ``boston_loop`` rows (``device``, ``loop``, ``epochs_per_s``) as ``{device: {loop: epochs/s}}``."""
+    rates: dict[str, dict[str, float]] = {}
+    for row in rows:
+        rates.setdefault(str(row["device"]), {})[row["loop"]] = float(row["epochs_per_s"])
+    return rates
+
+
+def speed_words(ratio: float) -> str:
+    """An accelerator's rate over the CPU's, in words: slower, no faster, only a little faster, or faster."""
+    if ratio < 0.9:
+        return "slower"
+    return "no faster" if ratio < 1.1 else "only a little faster" if ratio < 2 else "faster"
+
+
+def rates_table(rates: dict[str, dict[str, float]]) -> str:
+    """Epochs per second of each loop (rows) on each device (columns), and what they say.
+
+    Where a CPU column stands beside an accelerator's, each row adds the accelerator's rate over the CPU's
+    in words (:func:`speed_words`). The last line says how much slower ``loss.item()`` after every step made
+    the article loop on each device (on a CPU it has nothing to wait for: any difference is noise).
+    """
+    if not rates or not all(set(LOOPS) <= set(r) for r in rates.values()):
+        raise ValueError(f"give epochs per second of every loop ({', '.join(LOOPS)}) for each device")
+    others = [d for d in rates if d != "cpu"] if "cpu" in rates else []
+    head = f"{'loop':<22}" + "".join(f"{d + ' epochs/s':>18}" for d in rates)
+    head += "".join(f"  {d} / cpu" for d in others)
+    lines = [head, "-" * len(head)]
+    for loop in LOOPS:
+        line = f"{loop:<22}" + "".join(f"{r[loop]:>18.1f}" for r in rates.values())
+        for d in others:
+            ratio = rates[d][loop] / rates["cpu"][loop]
+            line += f"  {ratio:.2f}x: {speed_words(ratio)}"
+        lines.append(line)
+    costs = [(d, 1 - r["article + loss.item()"] / r["article"]) for d, r in rates.items()]
+    lines.append("with loss.item() after every step, the article loop ran "
+                 + ", ".join(f"{abs(c):.1%} {'slower' if c >= 0 else 'faster'} on {d}" for d, c in costs))
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class LossShapes:
     """``nn.MSELoss`` of an output against a target as given, and against the target shaped like the output."""

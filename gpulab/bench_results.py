@@ -1,14 +1,17 @@
-"""One bench measurement (:class:`BenchResult`), the JSON file that holds several, and a text table.
+"""One bench measurement (:class:`BenchResult`), the JSON file that holds several, a text table, and what they say.
 
-:mod:`gpulab.bench` makes the results; :mod:`gpulab.gpu_reference`
-reads the files recorded on real GPUs. A file is ``{"format": FORMAT, "created", "environment",
-"results": [...]}``; every result also carries its own device, torch version and date.
+:mod:`gpulab.bench` makes the results; :mod:`gpulab.gpu_reference` reads the files recorded on real GPUs.
+A file is ``{"format": FORMAT, "created", "environment", "results": [...]}``; every result also carries its
+own device, torch version and date. :func:`thread_speedups`, :func:`copy_notes`, :func:`against_reference`
+and :func:`load_note` write the lines a notebook prints beside its results, so that its prose holds on a
+quiet laptop, a busy server and a GPU alike.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import platform
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
@@ -150,7 +153,7 @@ def format_table(results: Sequence[BenchResult]) -> str:
     """A plain-text table of results, one line each.
 
     ``+pin``: pinned host memory, ``+nb``: non_blocking, ``+w2``: 2 DataLoader workers; dtype ``tf32``: float32 with TF32 allowed on CUDA
-    (``f32-high``/``f32-medium`` elsewhere: the matmul precision setting).
+    (``f32-high``/``f32-medium`` elsewhere: the matmul precision setting). An accelerator's ``threads`` is ``-``.
     """
     if not results:
         return "(no results)"
@@ -163,6 +166,95 @@ def format_table(results: Sequence[BenchResult]) -> str:
         dtype = r.dtype
         if r.probe == "matmul" and r.dtype == "float32" and r.matmul_precision not in (None, "highest"):
             dtype = "tf32" if r.matmul_precision == "high" and r.device.startswith("cuda") else f"f32-{r.matmul_precision}"
-        lines.append(f"{r.probe:<7} {r.device:<8} {kind:<11} {dtype:<9} {size:>6} {r.threads:>7} "
+        threads = r.threads if r.device == "cpu" else "-"
+        lines.append(f"{r.probe:<7} {r.device:<8} {kind:<11} {dtype:<9} {size:>6} {threads:>7} "
                      f"{r.seconds * 1e3:>9.3f} ms {r.rate:>9.1f} {r.unit}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- what results say
+
+
+def load_note(load: float | None = None, cores: int | None = None) -> str:
+    """A line when other programs keep the CPU busy (1-minute load average above its cores), else ``""``."""
+    if load is None:
+        try:
+            load = os.getloadavg()[0]  # threads running or waiting for a core; Windows has none
+        except (AttributeError, OSError):
+            return ""
+    cores = cores or os.cpu_count() or 1
+    busy = f"this machine is busy: load average {load:.1f} on {cores} cores, so CPU timings here run slow and vary"
+    return busy if load > cores else ""
+
+
+def _size(r: BenchResult, width: int = 0) -> str:  # "n = 256" (a matmul's side) or "64 MiB" (a copy)
+    return f"n = {r.size:{width}d}" if r.probe == "matmul" else f"{r.size} MiB"
+
+
+def thread_speedups(one: Sequence[BenchResult], many: Sequence[BenchResult], load: float | None = None) -> str:
+    """Per size, how many times as fast ``many`` (all threads) ran as ``one`` (1 thread); why, when slower."""
+    lines, slower, beyond = [], [], []
+    for a, b in zip(one, many, strict=True):
+        if (a.probe, a.device, a.size) != (b.probe, b.device, b.size):
+            raise ValueError(f"compare the same probe and size: {a.label} {_size(a)} vs {b.label} {_size(b)}")
+        lines.append(f"{_size(a, 4)}: {b.threads} threads are {b.rate / a.rate:.2f}x as fast as {a.threads} "
+                     f"thread{'s' * (a.threads != 1)} (at most {b.threads / a.threads:g}x)")
+        slower += [_size(a)] if b.rate < a.rate else []
+        beyond += [_size(a)] if b.rate / a.rate > 1.1 * b.threads / a.threads else []
+    if slower:
+        lines.append(f"all threads were slower at {', '.join(slower)}: threads that wait for each other waste time "
+                     "(too little work to split, or cores busy with other programs)")
+    if beyond:
+        lines.append(f"more than the most at {', '.join(beyond)}: other programs slowed the one-thread run, "
+                     "or the split work fitted better in each core's own cache")
+    return "\n".join(lines + [n for n in [load_note(load)] if n])
+
+
+def copy_notes(results: Sequence[BenchResult], last_cache_mib: float | None = None, load: float | None = None) -> str:
+    """What CPU copies say: which fit in the last cache, if a fixed cost hid the bandwidth, what more threads added."""
+    cpu = [r for r in results if (r.probe, r.kind, r.device) == ("copy", "device", "cpu")]
+    one = {r.size: r for r in sorted(cpu, key=lambda r: r.size) if r.threads == 1}
+    fits = {True: "fits in", False: "is larger than"}
+    lines = [f"{s} MiB copy: reads and writes {2 * s} MiB, which {fits[2 * s <= last_cache_mib]} the "
+             f"{last_cache_mib:g} MiB last cache" for s in one if last_cache_mib]
+    small, large = (one[min(one)], one[max(one)]) if one else (None, None)
+    if small is not large and small.rate < large.rate / 2:
+        lines.append(f"the {small.size} MiB copy ran slower than the {large.size} MiB one: a fixed cost per copy, "
+                     "not the bandwidth, set its time (a busy machine)")
+    for r in (r for r in cpu if r.threads > 1 and r.size in one):
+        ratio = r.rate / one[r.size].rate
+        lines.append(f"{r.threads} threads copied {r.size} MiB at {r.rate:,.1f} GB/s, {ratio:.2f}x one thread"
+                     + (" (slower: busy cores, or one core already fills the memory's bandwidth)" if ratio < 1 else ""))
+    return "\n".join(lines + [n for n in [load_note(load)] if n])
+
+
+_KINDS = {"device": "copy", "h2d": "host-to-device copy", "d2h": "device-to-host copy", "add": "x + y"}
+
+
+def _settings(r: BenchResult) -> tuple:  # everything but the device and the size that changes a figure
+    return (r.probe, r.kind, r.dtype, r.matmul_precision or "highest", bool(r.pinned), bool(r.non_blocking), r.workers or 0)
+
+
+def _what(r: BenchResult, who: bool = False) -> str:
+    place = (f"this CPU, {r.threads} thread{'s' * (r.threads != 1)}, " if r.device == "cpu" else f"{r.description}, ") * who
+    if r.probe == "matmul":
+        return place + f"{r.dtype} n = {r.size}" + (" (TF32 allowed)" if r.matmul_precision == "high" else "")
+    flags = ["pinned"] * bool(r.pinned) + ["non_blocking"] * bool(r.non_blocking)
+    return place + " ".join([_KINDS.get(r.kind, r.kind or "copy"), *flags, f"{r.size} MiB"])
+
+
+def against_reference(mine: Sequence[BenchResult], recorded: Sequence[BenchResult]) -> str:
+    """Each accelerator result of ``mine`` beside the recorded one with the same settings and size, then the
+    best of ``mine`` beside the best recorded with its settings (any size); empty when nothing compares."""
+    by_key = {(_settings(r), r.size): r for r in recorded}
+    lines = [f"{_what(r)}: {r.rate:,.1f} {r.unit} here, {ref.rate:,.1f} recorded on {ref.description} "
+             f"({r.rate / ref.rate:.2f}x the recorded rate)"
+             for r in mine if r.device != "cpu" and (ref := by_key.get((_settings(r), r.size)))]
+    best = max(mine, key=lambda r: r.rate, default=None)
+    top = max((r for r in recorded if best and _settings(r) == _settings(best)), key=lambda r: r.rate, default=None)
+    if top:
+        ratio = top.rate / best.rate
+        times = f"{ratio:.2f}x" if ratio < 10 else f"{ratio:,.0f}x"
+        lines.append(f"best here: {best.rate:,.1f} {best.unit} ({_what(best, who=True)}); best recorded: {top.rate:,.1f} "
+                     f"{top.unit} ({_what(top, who=True)}), {times} the best here")
     return "\n".join(lines)

@@ -118,3 +118,48 @@ def test_compare_loops_times_every_loop_and_keeps_its_model():
     assert set(r["models"]) == set(LOOPS) and r["batches_per_epoch"] == 4
     with pytest.raises(ValueError, match="repeats=0"):
         compare_loops("cpu", epochs=1, repeats=0)
+
+
+H200_ROWS = [  # as scripts/gpu_measure.py records the boston_loop step (gpulab/reference/nvidia-h200-measure.json)
+    {"device": device, "loop": loop, "epochs_per_s": rate}
+    for device, rates in (("cuda:0", (150.8, 142.5, 166.6)), ("cpu", (115.8, 118.2, 157.8)))
+    for loop, rate in zip(("article", "article + loss.item()", "gpulab fit"), rates)
+]
+
+
+def test_recorded_rows_become_rates_by_device_and_loop():
+    from gpulab.article import loop_rates
+
+    rates = loop_rates(H200_ROWS)
+    assert list(rates) == ["cuda:0", "cpu"] and rates["cpu"]["gpulab fit"] == 157.8
+
+
+@pytest.mark.parametrize("ratio, words", [(0.4, "slower"), (0.95, "no faster"), (1.06, "no faster"),
+                                          (1.3, "only a little faster"), (2.0, "faster"), (150.0, "faster")])
+def test_speed_words(ratio, words):
+    from gpulab.article import speed_words
+
+    assert speed_words(ratio) == words
+
+
+def test_rates_table_says_the_gpu_gains_little_for_this_model_and_what_loss_item_costs():
+    from gpulab.article import loop_rates, rates_table
+
+    lines = rates_table(loop_rates(H200_ROWS)).splitlines()
+    assert "cuda:0 epochs/s" in lines[0] and "cuda:0 / cpu" in lines[0]
+    assert lines[2].startswith("article ") and lines[2].endswith("1.30x: only a little faster")
+    assert lines[4].startswith("gpulab fit") and lines[4].endswith("1.06x: no faster")
+    assert lines[-1] == ("with loss.item() after every step, the article loop ran 5.5% slower on cuda:0, "
+                         "2.1% faster on cpu")
+
+
+def test_rates_table_on_a_cpu_alone_has_no_ratio_and_rejects_missing_loops():
+    from gpulab.article import rates_table
+
+    cpu = {"cpu": {"article": 200.0, "article + loss.item()": 190.0, "gpulab fit": 280.0}}
+    text = rates_table(cpu)
+    assert " / cpu" not in text and "x:" not in text and text.endswith("5.0% slower on cpu")
+    with pytest.raises(ValueError, match="every loop"):
+        rates_table({"cpu": {"article": 1.0}})
+    with pytest.raises(ValueError, match="every loop"):
+        rates_table({})

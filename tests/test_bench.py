@@ -306,3 +306,86 @@ def test_explorer_widget_builds_without_a_kernel():
 
     box = explorer.bench_explorer()
     assert type(box).__name__ == "VBox"
+
+
+# ----------------------------------------------------------------------------- what results say (notebook 01)
+
+
+def _result(probe="matmul", device="cpu", size=256, rate=100.0, threads=1, **changes):
+    unit = "GFLOP/s" if probe == "matmul" else "GB/s"
+    kind = None if probe == "matmul" else "device"
+    values = dict(probe=probe, device=device, description="cpu" if device == "cpu" else "NVIDIA H200",
+                  torch_version="2.11.0", backend=None, threads=threads, dtype="float32", size=size, seconds=0.001,
+                  rate=rate, unit=unit, date="2026-12-04T00:00:00+00:00", kind=kind, pinned=False,
+                  non_blocking=False, matmul_precision="highest" if probe == "matmul" else None)
+    return bench_results.BenchResult(**{**values, **changes})
+
+
+def test_accelerator_rows_show_no_thread_count():
+    table = bench_results.format_table([_result(threads=2), _result(device="cuda:0", threads=16)]).splitlines()
+    assert table[2].split()[5] == "2" and table[3].split()[5] == "-"  # torch's CPU threads say nothing of a GPU
+
+
+def test_load_note_speaks_only_when_the_cpu_is_busy(monkeypatch):
+    assert bench_results.load_note(load=1.5, cores=2) == ""
+    note = bench_results.load_note(load=45.3, cores=16)
+    assert "busy" in note and "45.3 on 16 cores" in note
+    monkeypatch.delattr("os.getloadavg", raising=False)  # Windows: no load average, so nothing to say
+    assert bench_results.load_note(cores=1) == ""
+
+
+def test_thread_speedups_print_two_decimals_and_say_why_all_threads_can_lose():
+    one = [_result(size=256, rate=146.7), _result(size=1024, rate=147.8)]
+    many = [_result(size=256, rate=3.8, threads=16), _result(size=1024, rate=268.6, threads=16)]
+    text = bench_results.thread_speedups(one, many, load=45.0)
+    assert "n =  256: 16 threads are 0.03x as fast as 1 thread (at most 16x)" in text
+    assert "n = 1024: 16 threads are 1.82x" in text
+    assert "slower at n = 256:" in text and "n = 1024:" not in text.splitlines()[2] and "busy" in text
+    quiet = bench_results.thread_speedups(one[1:], many[1:], load=0.5)
+    assert "slower" not in quiet and "busy" not in quiet
+    with pytest.raises(ValueError, match="same probe and size"):
+        bench_results.thread_speedups(one, many[::-1])
+    with pytest.raises(ValueError):
+        bench_results.thread_speedups(one, many[:1])
+
+
+def test_copy_notes_say_what_fits_when_a_fixed_cost_hides_the_bandwidth_and_what_threads_add():
+    quiet = [_result("copy", size=1, rate=120.0), _result("copy", size=64, rate=35.0),
+             _result("copy", size=64, rate=60.0, threads=2)]
+    text = bench_results.copy_notes(quiet, last_cache_mib=32, load=0.0)
+    assert "1 MiB copy: reads and writes 2 MiB, which fits in the 32 MiB last cache" in text
+    assert "64 MiB copy: reads and writes 128 MiB, which is larger than the 32 MiB last cache" in text
+    assert "2 threads copied 64 MiB at 60.0 GB/s, 1.71x one thread" in text and "fixed cost" not in text
+    busy = [_result("copy", size=1, rate=0.3), _result("copy", size=64, rate=16.8),
+            _result("copy", size=64, rate=8.0, threads=16)]
+    text = bench_results.copy_notes(busy, load=50.0)
+    assert "the 1 MiB copy ran slower than the 64 MiB one: a fixed cost" in text and "last cache" not in text
+    assert "0.48x one thread (slower" in text and "busy" in text.splitlines()[-1]
+    assert bench_results.copy_notes([_result()], load=0.0) == ""  # a matmul is not a copy
+
+
+def test_against_reference_compares_like_with_like():
+    recorded = [_result(device="cuda:0", size=n, rate=r) for n, r in ((1024, 38075.7), (16384, 53301.3))]
+    recorded.append(_result(device="cuda:0", size=8192, rate=355287.0, matmul_precision="high"))  # TF32: not strict
+    cpu = [_result(size=1024, rate=309.8, threads=2)]
+    text = bench_results.against_reference(cpu, recorded)
+    assert text == ("best here: 309.8 GFLOP/s (this CPU, 2 threads, float32 n = 1024); best recorded: 53,301.3 GFLOP/s "
+                    "(NVIDIA H200, float32 n = 16384), 172x the best here")
+    gpu = [_result(device="cuda:0", size=1024, rate=30460.5, threads=16)]
+    lines = bench_results.against_reference(gpu, recorded).splitlines()
+    assert lines[0] == ("float32 n = 1024: 30,460.5 GFLOP/s here, 38,075.7 recorded on NVIDIA H200 "
+                        "(0.80x the recorded rate)")
+    assert lines[1].endswith("1.75x the best here")
+    copies = [_result("copy", device="cuda:0", size=64, rate=5.0, kind="h2d", pinned=False)]
+    pinned = [_result("copy", device="cuda:0", size=64, rate=54.6, kind="h2d", pinned=True)]
+    assert bench_results.against_reference(copies, pinned) == ""  # pageable is not compared with pinned
+    assert "host-to-device copy pinned 64 MiB" in bench_results.against_reference(pinned, pinned)
+    assert bench_results.against_reference([], recorded) == "" and bench_results.against_reference(cpu, []) == ""
+
+
+def test_thread_speedups_explain_a_ratio_above_the_most_possible():
+    one, many = [_result(size=1024, rate=77.2)], [_result(size=1024, rate=205.5, threads=2)]
+    text = bench_results.thread_speedups(one, many, load=0.0)
+    assert "2.66x as fast as 1 thread (at most 2x)" in text and "more than the most at n = 1024" in text
+    assert "more than the most" not in bench_results.thread_speedups(one, [_result(size=1024, rate=150.0, threads=2)],
+                                                                     load=0.0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import matplotlib
 import pytest
 
@@ -50,3 +52,24 @@ def test_the_plot_has_a_title_labels_and_one_bar_each():
     assert ax.get_title() and "GB/s" in ax.get_xlabel() and len(ax.patches) == len(bars)
     with pytest.raises(ValueError, match="no bandwidths"):
         hardware.plot_bandwidths([])
+
+
+def test_a_recorded_sweep_gives_one_bar_per_setting_and_every_label_is_unique():
+    sweep = [_copy("cuda:0", "h2d", rate, size=size, pinned=pinned)
+             for pinned in (False, True) for size, rate in ((1, 9.8), (64, 16.2), (1024, 8.5))]
+    sweep += [dataclasses.replace(r, non_blocking=True, rate=r.rate + 1) for r in sweep]
+    sweep += [_copy("cuda:0", "device", rate, size=size) for size, rate in ((64, 3865.4), (1024, 4262.3))]
+    recorded = [b for b in hardware.bandwidths([], sweep) if b.source == hardware.SOURCES[1]]
+    assert len(recorded) == 5  # h2d: pageable/pinned x blocking/non_blocking; one copy within GPU memory
+    assert all("1024 MiB" in b.what for b in recorded)
+    assert len({b.what for b in recorded}) == len(recorded)
+    assert sum("non_blocking" in b.what for b in recorded) == 2
+
+
+def test_this_machine_keeps_every_copy_and_names_its_threads():
+    mine = [_copy("cpu", "device", 50.0, size=1), _copy("cpu", "device", 20.0, size=64),
+            dataclasses.replace(_copy("cpu", "device", 30.0, size=64), threads=16)]
+    here = [b for b in hardware.bandwidths(mine) if b.source == hardware.SOURCES[0]]
+    assert [b.gb_per_s for b in here] == [50.0, 20.0, 30.0]
+    assert here[1].what.startswith("this CPU, 2 threads") and here[2].what.startswith("this CPU, 16 threads")
+    assert len({b.what for b in here}) == 3

@@ -93,18 +93,36 @@ def _level(result) -> str | None:
 
 
 def _describe(result) -> str:
-    """Two short lines: the device, then what was copied (``'NVIDIA H200\\nhost-to-device copy, pinned, 64 MiB'``)."""
-    who = "this CPU" if result.device == "cpu" else result.description
+    """Two short lines: the device, then what was copied (``'NVIDIA H200\\nhost-to-device copy, pinned, 64 MiB'``).
+
+    Every setting that changes the figure is named: a CPU's thread count, pageable or pinned, non_blocking.
+    """
+    who = f"this CPU, {result.threads} thread{'s' * (result.threads != 1)}" if result.device == "cpu" else result.description
     pinned = ", pinned" if result.pinned else (", pageable" if result.kind == "h2d" else "")
-    return f"{who}\n{_COPY[result.kind]}{pinned}, {result.size} MiB"
+    blocking = ", non_blocking" if result.non_blocking else ""
+    return f"{who}\n{_COPY[result.kind]}{pinned}{blocking}, {result.size} MiB"
+
+
+def largest_of_each(results: Sequence) -> list:
+    """The largest copy of each device, kind and setting (pinned, non_blocking), in the order first seen.
+
+    A recorded run sweeps many sizes; one bar per setting keeps the figure readable.
+    """
+    best: dict = {}
+    for r in results:
+        key = (r.description or r.device, r.kind, r.pinned, r.non_blocking, r.threads if r.device == "cpu" else None)
+        if key not in best or r.size > best[key].size:
+            best[key] = r
+    return list(best.values())
 
 
 def bandwidths(mine: Sequence, references: Sequence = ()) -> list[Bandwidth]:
-    """Every bar: this run's copies, then recorded GPU references, published measurements and spec sheets."""
+    """Every bar: this run's copies, then recorded GPU references (the largest copy of each setting),
+    published measurements and spec sheets."""
     from gpulab import published, roofline
 
     bars = []
-    for source, results in ((SOURCES[0], mine), (SOURCES[1], references)):
+    for source, results in ((SOURCES[0], mine), (SOURCES[1], largest_of_each(references))):
         bars += [Bandwidth(_level(r), _describe(r), r.rate, source) for r in results if _level(r)]
     for f in published.figures("memory") + published.figures("copy"):
         gb = f.value * (2**30 / 1e9 if f.unit == "GiB/s" else 1.0)  # GiB/s -> GB/s

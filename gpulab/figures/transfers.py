@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from gpulab.figures import COLORS, FONT, arrow, box, canvas, label
+from gpulab.figures.hardware import largest_of_each
 
 #: 1 GiB/s in GB/s (published copy figures come in both units; the course's probes report GB/s).
 GIB_IN_GB = 2**30 / 1e9
@@ -89,16 +90,6 @@ def async_queue():
     return fig
 
 
-def _largest_of_each(results: Sequence) -> list:
-    """Per device, pinned and non_blocking setting: the result of the largest copy (one bar per series)."""
-    best: dict = {}
-    for r in results:
-        key = (r.description or r.device, r.pinned, r.non_blocking)
-        if key not in best or r.size > best[key].size:
-            best[key] = r
-    return list(best.values())
-
-
 def copy_rates(published: Sequence, mine: Sequence = (), reference: Sequence = ()):
     """Bars of host-to-device copy bandwidth in GB/s: the recorded ``reference`` first, then ``published``
     (measured elsewhere), then ``mine`` (this machine).
@@ -111,7 +102,7 @@ def copy_rates(published: Sequence, mine: Sequence = (), reference: Sequence = (
 
     rows = []
     for who, results, color in (("recorded reference", reference, COLORS["cpu"]), ("this machine", mine, COLORS["gpu"])):
-        for r in _largest_of_each(results):
+        for r in largest_of_each(results):
             how = f"{r.size} MiB, {'pinned' if r.pinned else 'pageable'}, non_blocking={r.non_blocking}"
             rows.append((f"{who}: {r.description or r.device}\n{how}", r.rate, None, color))
         if who == "recorded reference":  # published figures come after the recorded reference
