@@ -105,6 +105,14 @@ class StepProfile:
         """The operators that took the most CPU time in total (``key_averages().table``)."""
         return self.profiler.key_averages().table(sort_by="cpu_time_total", row_limit=row_limit)
 
+    def device_ms_per_step(self) -> float:
+        """Mean milliseconds per recorded step that the GPU itself computed (its kernels); 0.0 where none ran.
+
+        The sum of every event's self device time: the "Self CUDA time total" under the profiler's table.
+        """
+        total_us = sum(getattr(e, "self_device_time_total", 0) or 0 for e in self.profiler.events())
+        return total_us / 1e3 / self.steps
+
     def calls(self, name: str) -> int:
         """How many times the operator (or label) ``name`` ran in the recorded steps; 0 if never."""
         return sum(e.count for e in self.profiler.key_averages() if e.key == name)

@@ -172,6 +172,20 @@ def has_cuda_memory_tool(name: str) -> bool:
     return hasattr(torch.cuda.memory, name)
 
 
+def compile_caches_off(off: bool = True):
+    """A context in which inductor's on-disk caches are off (``off=False``: as they are).
+
+    ``torch.compiler.config.force_disable_caches`` (public, newer torch) or, where this torch lacks it (2.6),
+    ``torch._inductor.config.force_disable_caches``, the setting it forwards to.
+    """
+    import torch.compiler
+
+    config = getattr(torch.compiler, "config", None)
+    if config is not None and hasattr(config, "force_disable_caches"):
+        return config.patch(force_disable_caches=bool(off))
+    return _private("torch._inductor", "config", "upgrade torch").patch(force_disable_caches=bool(off))
+
+
 # ----------------------------------------------------------------------------- pipelining
 
 

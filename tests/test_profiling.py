@@ -46,6 +46,15 @@ def test_phase_times_are_positive_and_fit_in_the_span(profiled):
         assert a.start_ms + a.ms <= b.start_ms + 1e-3
 
 
+def test_device_time_is_the_sum_of_the_kernels_self_time(profiled, monkeypatch):
+    on_gpu = any(getattr(e, "self_device_time_total", 0) for e in profiled.profiler.events())
+    assert (profiled.device_ms_per_step() > 0) == on_gpu  # a CPU profile has no device time
+    kernels = [SimpleNamespace(self_device_time_total=300.0), SimpleNamespace(self_device_time_total=0),
+               SimpleNamespace(name="cpu op without the field")]
+    monkeypatch.setattr(profiled.profiler, "events", lambda: kernels)
+    assert profiled.device_ms_per_step() == pytest.approx(0.3 / profiled.steps)
+
+
 def test_the_table_and_the_trace_file(profiled):
     table = profiled.table(25)
     assert "aten::addmm" in table and "phase/backward" in table

@@ -78,6 +78,19 @@ def test_the_warmup_without_self_sends_keeps_every_op_to_another_rank(monkeypatc
     assert [op.peer for op in Stage()._get_init_p2p_neighbors_ops()] == [0, 2]
 
 
+def test_compile_caches_can_be_turned_off_on_this_torch_and_on_one_without_the_public_switch(monkeypatch):
+    import torch._inductor.config as inductor
+
+    before = inductor.force_disable_caches
+    with tp.compile_caches_off(True):
+        assert inductor.force_disable_caches is True
+    assert inductor.force_disable_caches == before
+    monkeypatch.delattr(torch.compiler, "config", raising=False)  # torch 2.6 has no torch.compiler.config
+    with tp.compile_caches_off(True):
+        assert inductor.force_disable_caches is True
+    assert inductor.force_disable_caches == before
+
+
 def test_a_missing_name_says_what_to_use_instead():
     with pytest.raises(tp.PrivateAPIMissing, match=r"has no torch\.nn\.no_such_name: do this instead"):
         tp._private("torch.nn", "no_such_name", "do this instead")

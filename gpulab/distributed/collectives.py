@@ -120,7 +120,7 @@ def ddp_rows(result: "CollectivesResult", part: str = "predict") -> list[dict]:
 def prediction_rows(result: "CollectivesResult", fit: AlphaBeta) -> list[dict]:
     """For each model of the DDP ``predict`` part: the all-reduce time per step predicted from ``fit``
     (one ``alpha + beta x bytes`` per bucket ``ddp_buckets`` predicts), measured alone and inside the step,
-    and the errors (%)."""
+    and the errors (%). Inside the step is None where the profiler lost some of the backend's events."""
     from gpulab.distributed.cost import predict_allreduce_seconds
 
     rows = []
@@ -129,10 +129,11 @@ def prediction_rows(result: "CollectivesResult", fit: AlphaBeta) -> list[dict]:
         predicted = predict_allreduce_seconds(buckets, fit)
         alone, in_step = row["alone_s_per_step"], row["after_arrival_s_per_step"]
         rows.append({"model": row["model"], "gradient_bytes": row["gradient_bytes"], "buckets": len(buckets),
-                     "predicted_ms": predicted * 1e3, "alone_ms": alone * 1e3, "in_step_ms": in_step * 1e3,
+                     "predicted_ms": predicted * 1e3, "alone_ms": alone * 1e3,
+                     "in_step_ms": None if in_step is None else in_step * 1e3,
                      "rank_sees_ms": row["allreduce_s_per_step"] * 1e3, "step_ms": row["step_s"] * 1e3,
                      "error_vs_alone_%": 100 * (predicted - alone) / alone,
-                     "error_vs_in_step_%": 100 * (predicted - in_step) / in_step})
+                     "error_vs_in_step_%": None if in_step is None else 100 * (predicted - in_step) / in_step})
     return rows
 
 

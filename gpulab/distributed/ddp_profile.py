@@ -7,7 +7,8 @@ returns, as JSON-ready dicts:
   all-reduce calls of the first step and, after DDP rebuilt its buckets, the calls and seconds per step
   from the profiler: calls are its ``c10d::allreduce_`` events, recorded where DDP starts each all-reduce;
   seconds come from the ``gloo:all_reduce`` (``nccl:all_reduce``) events of the thread doing the work,
-  which torch 2.11's profiler sometimes loses (a mean over those it kept, times the calls); and the
+  which torch 2.11's profiler sometimes loses (a mean over those it kept, times the calls; each call's start
+  and end, ``calls_us``, only when none was lost, else None); and the
   seconds to all-reduce the same buckets alone, after a barrier, outside any training step;
 - ``buckets``: a deep MLP with several ``bucket_cap_mb`` values: all-reduce calls per step;
 - ``accumulate``: ``ACCUMULATE`` micro-batches per optimizer step, with ``no_sync()`` on all but the
@@ -84,7 +85,7 @@ def profile_ddp_steps(model: nn.Module, opt, X, y, steps: int, warmup: int = 1, 
     return {"first_step_calls": (len(started) - later) / warmup if warmup else None,
             "calls_per_step": later / steps, "divides_per_step": divides / steps,
             "allreduce_s_per_step": per_call_s * later / steps, "work_events_kept": f"{len(calls)} of {later}",
-            "step_s": wall / steps, "calls_us": None if origin is None else
+            "step_s": wall / steps, "calls_us": None if origin is None or len(calls) != later else
             [[origin + e.time_range.start, origin + e.time_range.end] for e in calls],
             "timeline": first_step_timeline(events, calls)}
 

@@ -117,7 +117,8 @@ QUESTIONS_11 = (
     Question("`x + y` on two float32 vectors of 1,000,000 elements, written to a third: how many bytes does it move "
              "at least?", grade=_add_bytes, example="1000"),
     Question("`torch.compile` made the tiny Boston MLP's training step barely faster, or slower. Why?", (
-        O("torch.compile only works on GPUs.", "no: it compiled here on the CPU, with a C++ compiler"),
+        O("torch.compile only works on GPUs.",
+          "no: it compiled in this notebook, with a C++ compiler on a CPU or Triton on a GPU"),
         O("The first call compiles, so every call is slow.",
           "no: the first call compiles once; later calls reuse the compiled code"),
         O("A tiny step is mostly fixed costs per call (Python, the optimizer, one launch per kernel), and compiling "
