@@ -168,6 +168,8 @@ def matmul_step(dtype: str, matmul_precision: str | None, what: str, sizes_key: 
             raise Skip("compute capability < 8.0: bfloat16 is only emulated")
         results, note = sweep(lambda n: bench.matmul_probe(rec.device, n, dtype, min_run_time=rec.cfg["min_run_time"],
                                                            matmul_precision=matmul_precision), rec.cfg[sizes_key])
+        if matmul_precision == "high" and rec.device.type == "cuda":  # a T4 (7.5) runs "TF32" as plain float32
+            note = "; ".join(n for n in (note, precision.hardware_note(rec.device, "tf32")) if n)
         return {"files": [rec.save(what, results)], "rows": rate_rows(results), "note": note}
     return step
 
