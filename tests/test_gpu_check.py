@@ -175,7 +175,7 @@ def test_gpu_check_dry_run_writes_the_layout(tmp_path):
     assert times["good.ipynb"]["status"] == "pass" and times["bad.ipynb"]["status"] == "fail"  # ...and says which
     assert "broken on purpose" in times["bad.ipynb"]["error"]
     executed = json.loads((out / "notebooks" / "good.ipynb").read_text())
-    printed = "".join(executed["cells"][0]["outputs"][0]["text"])
+    printed = "".join("".join(o["text"]) for o in executed["cells"][0]["outputs"] if o.get("name") == "stdout")
     assert gpu_reference.measure_file_name(slug) in printed  # the notebooks read this run's fresh files
     assert printed.endswith(" 42\n")  # the wheel reached the kernel
     assert "without its dependencies" in (out / "install-wheels.log").read_text()
