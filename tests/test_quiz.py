@@ -152,3 +152,13 @@ def test_typed_numbers_read_thousands_and_decimal_commas(text, value):
     from gpulab.exercises import as_number
 
     assert as_number(text) == value
+
+
+def test_a_notebook_imports_only_its_own_questions():
+    import subprocess
+    import sys
+
+    code = ("import sys; from gpulab.exercises.quiz import questions; questions('04'); "
+            "print(sorted(m for m in sys.modules if m.startswith('gpulab.exercises.') and m != 'gpulab.exercises.quiz'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.strip() == "['gpulab.exercises.data_parallel', 'gpulab.exercises.questions']", out
