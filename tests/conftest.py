@@ -34,3 +34,48 @@ def cuda_reported(monkeypatch):
     count = max(1, torch.cuda.device_count())
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+
+# ----------------------------------------------------------------------------- launches are marked slow
+
+_LAUNCHES = [0]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Count every torchrun launch and every rendezvous check, so a test that starts ranks must say so."""
+    from gpulab.distributed import rendezvous_check, torchrun
+
+    start, rank_command = torchrun.Torchrun.start, rendezvous_check._rank_command
+
+    def counted_start(self, *args, **kwargs):
+        _LAUNCHES[0] += 1
+        return start(self, *args, **kwargs)
+
+    def counted_rank_command(*args, **kwargs):  # built just before each rank's process starts
+        _LAUNCHES[0] += 1
+        return rank_command(*args, **kwargs)
+
+    torchrun.Torchrun.start = counted_start
+    rendezvous_check._rank_command = counted_rank_command
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    before = _LAUNCHES[0]
+    result = yield
+    _must_be_slow_if_it_launched(item, before)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    before = _LAUNCHES[0]
+    result = yield
+    _must_be_slow_if_it_launched(item, before)
+    return result
+
+
+def _must_be_slow_if_it_launched(item: pytest.Item, before: int) -> None:
+    if _LAUNCHES[0] > before and item.get_closest_marker("slow") is None:
+        pytest.fail(f"{item.nodeid} starts processes (torchrun or the rendezvous check) but is not marked "
+                    "@pytest.mark.slow", pytrace=False)

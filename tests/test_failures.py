@@ -32,6 +32,7 @@ def runs():
     return result, after
 
 
+@pytest.mark.slow
 def test_every_launched_case_ran_in_one_launch_within_its_timeout_and_left_no_process(runs):
     result, orphans = runs
     assert set(result) == {*failures.LAUNCHED, "launch"}
@@ -40,12 +41,14 @@ def test_every_launched_case_ran_in_one_launch_within_its_timeout_and_left_no_pr
 
 
 @pytest.mark.parametrize("name", failures.LAUNCHED)
+@pytest.mark.slow
 def test_each_case_shows_its_real_error_and_its_fix(runs, name):
     got = runs[0][name]
     assert got.found, f"{name}: {failures.case(name).tell!r} not in {got.error!r}"
     assert got.fixed, f"{name}: the fixed version printed nothing"
 
 
+@pytest.mark.slow
 def test_the_messages_name_what_differs(runs):
     result = runs[0]
     assert "OpType=ALLREDUCE" in result["mismatch"].error and "Op type: ALLREDUCEvs BROADCAST" in result["mismatch"].detail
@@ -56,6 +59,7 @@ def test_the_messages_name_what_differs(runs):
     assert result["missing"].failed_rank == 0  # the rank that waited at the barrier reports it
 
 
+@pytest.mark.slow
 def test_uneven_inputs_one_rank_goes_on_the_other_times_out_and_join_fixes_it(runs):
     got = runs[0]["uneven"]
     assert list(got.said("no error")) == [0] and "2 batches are done" in got.said("no error")[0]
@@ -84,6 +88,7 @@ def test_the_worker_runs_every_launched_case():
     assert set(failures_worker.CASES) == set(failures.LAUNCHED)
 
 
+@pytest.mark.slow
 def test_the_fixes_give_the_right_numbers(runs):
     result = runs[0]
     assert "each element is now 2" in result["mismatch"].fixed

@@ -162,6 +162,7 @@ def test_broken_rendezvous_times_out_and_leaves_no_process(monkeypatch):
     assert check.status == PROBLEM and "firewall" in check.fix
 
 
+@pytest.mark.slow
 def test_a_failing_rank_is_reported_with_its_last_line(monkeypatch):
     crash = [sys.executable, "-c", "import sys; print('gloo: connect failed'); sys.exit(3)"]
     monkeypatch.setattr(rendezvous_check, "_rank_command", lambda *args: crash)
