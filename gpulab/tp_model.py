@@ -5,6 +5,7 @@
     expected_collectives("tp")                       # what each phase of one training step must run
     shard_sizes(11, 2)                               # [6, 5]: torch.chunk's split, which DTensor's Shard follows
     padded_vocab(50257, 2)                           # 50258: the next multiple of divisible_by x the TP degree
+    saved_bytes_per_token(16, 4, 64, tp=2, sequence_parallel="torch")   # 592.0: what backward keeps, per token
 
 Nothing here needs a process group: the plans are only built here and applied by the rank program
 (``gpulab.distributed.tensor_parallel_worker``).
@@ -24,6 +25,10 @@ PLANS = ("naive", "tp", "sp")
 COLUMN_LAYERS = ("attn.q", "attn.k", "attn.v", "mlp.up")  # split by output features (ColwiseParallel)
 ROW_LAYERS = ("attn.o", "mlp.down")  # split by input features (RowwiseParallel): their outputs are partial sums
 NORM_PARAMETERS = 4  # norm1 and norm2, a weight and a bias each
+#: How sequence parallelism keeps the inputs of the column-split layers for backward: ``none`` (no sequence
+#: parallelism), ``torch`` (DTensor's ``SequenceParallel``: the all-gathered whole sequence) or ``megatron``
+#: (Megatron-LM: this rank's tokens only, all-gathered again in backward).
+SEQUENCE_PARALLEL = ("none", "torch", "megatron")
 
 
 class Attention(nn.Module):
@@ -109,6 +114,36 @@ def expected_collectives(name: str) -> dict[str, dict[str, int]]:
                 "optimizer": {"all_reduce": NORM_PARAMETERS}}
     backward = len(COLUMN_LAYERS) if name == "naive" else rows
     return {"forward": {"all_reduce": rows}, "backward": {"all_reduce": backward}, "optimizer": {}}
+
+
+def saved_bytes_per_token(hidden: int, heads: int, ffn: int, tp: int = 1, sequence_parallel: str = "none",
+                          itemsize: int = 4) -> float:
+    """Bytes one :class:`TinyBlock` saves for backward on one of ``tp`` ranks, per token of the whole batch.
+
+    What its forward pass keeps (counted with ``saved_tensors_hooks`` in notebook 12, torch 2.13 on CPU), per token:
+
+    - each norm's input (``hidden``) and its mean and 1 / standard deviation (2 numbers): whole on every rank
+      under tensor parallelism, split over the ranks by sequence parallelism;
+    - the input of ``q``, ``k`` and ``v`` (one tensor) and that of ``up`` (``hidden`` each): whole under tensor
+      parallelism and under torch's sequence parallelism (the all-gathered sequence); split under Megatron-LM's;
+    - split by heads or features on every plan: ``q``, ``k``, ``v`` and attention's output (``4 hidden``,
+      the output is also ``o``'s input), ``up``'s output and GELU's (``2 ffn``), and attention's log-sum-exp
+      (``heads`` numbers, always float32).
+
+    ``itemsize``: bytes per number of the activations (the norms' statistics too, as on CPU; CUDA keeps those in
+    float32). ``sequence_parallel`` is one of :data:`SEQUENCE_PARALLEL`. Megatron-LM's form gives one process's
+    bytes divided by ``tp``, as Korthikanti et al. (2022, section 4.2.2) count.
+    """
+    one_of(sequence_parallel, SEQUENCE_PARALLEL, "sequence_parallel")
+    positive_int(hidden, "hidden")
+    positive_int(itemsize, "itemsize")
+    if positive_int(heads, "heads") % positive_int(tp, "tp") or positive_int(ffn, "ffn") % tp:
+        raise ValueError(f"heads={heads} and ffn={ffn} must divide by tp={tp}: each rank holds equal parts")
+    norms = 2 * (hidden + 2)  # two norms: the input and two statistics per token
+    gathered = 2 * hidden  # the inputs of q/k/v and of up
+    split = 4 * hidden + 2 * ffn
+    whole = {"none": norms + gathered, "torch": gathered, "megatron": 0}[sequence_parallel]
+    return itemsize * (whole + (norms + gathered + split - whole) / tp) + 4 * heads / tp
 
 
 def shard_sizes(size: int, world: int) -> list[int]:

@@ -14,21 +14,22 @@ import torch.nn.functional as F
 matplotlib.use("Agg")
 
 from gpulab.distributed.tensor_parallel import (count_rows, equality_rows, predicted_calls,  # noqa: E402
-                                                run_tensor_parallel, shard_rows, sweep_spread, traffic_rows)
+                                                run_tensor_parallel, saved_formula_rows, saved_rows, shard_rows,
+                                                sweep_spread, traffic_rows)
 from gpulab.distributed.tensor_parallel_worker import SWEEP_SIZES  # noqa: E402
 from gpulab.distributed.tensor_parallel_worker import main as worker_main  # noqa: E402
 from gpulab.exercises.tensor_parallel import QUESTIONS_12, check_megatron_mlp  # noqa: E402
 from gpulab.figures import has_title  # noqa: E402
 from gpulab.figures.tensor_parallel import STATIC, loss_curves, megatron_shards  # noqa: E402
 from gpulab.tp_model import (PLANS, TinyBlock, expected_collectives, padded_head, padded_vocab,  # noqa: E402
-                             shard_sizes, tp_plan)
+                             saved_bytes_per_token, shard_sizes, tp_plan)
 
 TOLERANCE = 1e-5
 
 
 @pytest.fixture(scope="module")
 def two():
-    """One 2-rank launch of every part (the notebook's)."""
+    """One 2-rank launch of every part (the notebook's); every test that reads it is marked slow."""
     return run_tensor_parallel(2, timeout=240)
 
 
@@ -48,6 +49,7 @@ def run(request):
 # ---- equal to one process, and controls that are not --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_megatron_by_hand_equals_one_process_with_one_all_reduce(run):
     for rank in run.megatron:
         assert rank["collectives"] == {"all_reduce": 1}
@@ -56,6 +58,7 @@ def test_megatron_by_hand_equals_one_process_with_one_all_reduce(run):
         assert rank["output"] == run.megatron[0]["output"]  # after the all-reduce every rank holds the same
 
 
+@pytest.mark.slow
 def test_megatron_shards_are_torch_chunk_pieces(run):
     ffn = run.megatron[0]["full_up_shape"][0]
     assert [len(r["up_weight"]) for r in run.megatron] == shard_sizes(ffn, run.ranks)
@@ -67,6 +70,7 @@ def test_megatron_shards_are_torch_chunk_pieces(run):
     assert torch.allclose(bias, bias[0].expand_as(bias))
 
 
+@pytest.mark.slow
 def test_every_plan_equals_one_process_and_the_controls_differ(run):
     runs = {(r["plan"], r["dtype"], r["weighted"]): r for r in run.block}
     for plan in PLANS:
@@ -80,6 +84,7 @@ def test_every_plan_equals_one_process_and_the_controls_differ(run):
     assert len(rows) == len(run.block) and sum(r["control"] != "" for r in rows) == 2
 
 
+@pytest.mark.slow
 def test_collectives_counted_equal_the_rules(run):
     rows = count_rows(run)
     assert len(rows) == 3 * len(PLANS) and all(r["same"] for r in rows), rows
@@ -87,6 +92,7 @@ def test_collectives_counted_equal_the_rules(run):
     assert naive["counts"]["backward"] == {"all_reduce": 4}  # q, k, v and up each all-reduce their input's gradient
 
 
+@pytest.mark.slow
 def test_what_each_rank_holds(run):
     rows = {r["parameter"]: r for r in shard_rows(run, "tp")}
     n, hidden, ffn = run.ranks, 16, 64
@@ -96,11 +102,36 @@ def test_what_each_rank_holds(run):
     assert rows["mlp.down.bias"]["split"] == "no" and rows["norm1.weight"]["split"] == "no"
 
 
+@pytest.mark.slow
 def test_shard_rows_names_the_plans_it_has(two):
     with pytest.raises(ValueError, match="plan='ddp'.*naive, sp, tp"):
         shard_rows(two, "ddp")
 
 
+@pytest.mark.slow
+def test_saved_bytes_equal_each_implementations_formula(run):
+    rows = {r["implementation"]: r for r in saved_formula_rows(run)}
+    assert [len(r["measured"]) for r in rows.values()] == [1, run.ranks, run.ranks, 0]  # Megatron's is not run
+    for row in rows.values():
+        assert all(m == row["formula"] for m in row["measured"]), row  # exact: storages, not estimates
+    tp, torch_sp, megatron = (rows[k]["formula"] for k in ("TP (plan tp)", "torch's SP (plan sp)",
+                                                           "Megatron-LM's SP (not run)"))
+    assert tp > torch_sp > megatron  # the formula can tell the measured torch SP from Megatron's
+    assert megatron == rows["one process"]["measured"][0] / run.ranks
+
+
+@pytest.mark.slow
+def test_torch_sp_keeps_the_gathered_inputs_whole(run):
+    table = {r["module"]: r for r in saved_rows(run)}
+    for layer in ("attn.q", "mlp.up"):  # the inputs of q, k, v and of up: the whole sequence on every rank
+        assert table[layer]["sp"] == table[layer]["tp"] == table[layer]["one process"] > 0
+    for norm in ("norm1", "norm2"):  # each rank its own tokens
+        assert table[norm]["sp"] * run.ranks == table[norm]["tp"] == table[norm]["one process"]
+    assert table["attn"]["tp"] * run.ranks == table["attn"]["one process"]  # split by heads
+    assert table["total"]["tp"] == sum(r["tp"] for r in table.values() if r["module"] != "total")
+
+
+@pytest.mark.slow
 def test_uneven_vocabulary_follows_torch_chunk_and_equals_one_process(run):
     vocab = run.vocab[0][0]["vocab"]
     runs = run.vocab[0]
@@ -115,6 +146,7 @@ def test_uneven_vocabulary_follows_torch_chunk_and_equals_one_process(run):
     assert runs[2]["losses"][0] != pytest.approx(runs[1]["losses"][0], abs=1e-4)  # padding changes the model
 
 
+@pytest.mark.slow
 def test_traffic_counted_equals_the_prediction(two):
     rows = {r["plan"]: r for r in traffic_rows(two)}
     t = two.traffic
@@ -131,11 +163,13 @@ def test_traffic_counted_equals_the_prediction(two):
     assert all(len(r["seconds"]) == 50 for r in t["sweep"])  # the default repeats
 
 
+@pytest.mark.slow
 def test_the_run_draws_its_own_shards(two):
     fig = megatron_shards(two.megatron)
     assert has_title(fig) and len(fig.axes) == 4 * (two.ranks + 1)
 
 
+@pytest.mark.slow
 def test_no_process_is_left_behind(two):
     import psutil
 
@@ -150,6 +184,20 @@ def test_predicted_calls_follow_the_rules():
     assert sorted(predicted_calls("sp", 100, 8)) == sorted([("all_gather", 100)] * 4 + [("reduce_scatter", 100)] * 4
                                                            + [("all_reduce", 8)] * 4)
     assert expected_collectives("naive")["backward"] == {"all_reduce": 4}
+
+
+@pytest.mark.parametrize("hidden,heads,ffn,tp", [(16, 4, 64, 2), (4096, 32, 16384, 8), (128, 8, 512, 4)])
+def test_saved_bytes_per_token_forms(hidden, heads, ffn, tp):
+    f = saved_bytes_per_token
+    one = f(hidden, heads, ffn)
+    assert one == 4 * (2 * (hidden + 2) + 2 * hidden + 4 * hidden + 2 * ffn) + 4 * heads
+    assert f(hidden, heads, ffn, tp, "megatron") == pytest.approx(one / tp)  # every saved tensor split
+    gathered = 2 * hidden * 4 * (1 - 1 / tp)  # q/k/v's and up's inputs, kept whole by torch's SP
+    assert f(hidden, heads, ffn, tp, "torch") - f(hidden, heads, ffn, tp, "megatron") == pytest.approx(gathered)
+    norms = 2 * (hidden + 2) * 4 * (1 - 1 / tp)  # the norms' inputs and statistics, whole without SP
+    assert f(hidden, heads, ffn, tp) - f(hidden, heads, ffn, tp, "torch") == pytest.approx(norms)
+    assert f(hidden, heads, ffn, tp, itemsize=2) == pytest.approx((f(hidden, heads, ffn, tp) - 4 * heads / tp) / 2
+                                                                  + 4 * heads / tp)  # the log-sum-exp stays float32
 
 
 @pytest.mark.parametrize("size,world,sizes", [(11, 2, [6, 5]), (11, 4, [3, 3, 3, 2]), (5, 4, [2, 2, 1, 0]),
@@ -175,6 +223,10 @@ def test_padded_vocab_and_head():
                                         (lambda: padded_vocab(10, 2, 0), "divisible_by=0"),
                                         (lambda: padded_head(torch.nn.Linear(2, 5), 4), "smaller than"),
                                         (lambda: TinyBlock(hidden=10, heads=4), "multiple of heads"),
+                                        (lambda: saved_bytes_per_token(16, 4, 64, 3), "divide by tp=3"),
+                                        (lambda: saved_bytes_per_token(16, 4, 64, 2, "nvidia"), "sequence_parallel"),
+                                        (lambda: saved_bytes_per_token(16, 4, 64, 0), "tp=0"),
+                                        (lambda: saved_bytes_per_token(16, 4, 64, itemsize=0), "itemsize=0"),
                                         (lambda: run_tensor_parallel(2, parts=("nope",)), "parts=")])
 def test_bad_input_is_one_line(call, match):
     with pytest.raises(ValueError, match=match):

@@ -6,6 +6,8 @@
     equality_rows(result)                     # each plan against one process: largest differences
     count_rows(result)                        # collectives counted by CommDebugMode next to the expected ones
     traffic_rows(result)                      # bytes and seconds per step, predicted and measured
+    saved_rows(result)                        # bytes saved for backward, by module: one process, tp, sp
+    saved_formula_rows(result)                # those bytes, each rank, next to each implementation's formula
 
 The predictions are built from the rules of ``gpulab.tp_model.expected_collectives`` and the alpha + beta fit
 of ``gpulab.distributed.cost``, never from the trace they are compared with.
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from gpulab.distributed.tensor_parallel_worker import PARTS
-from gpulab.tp_model import expected_collectives
+from gpulab.tp_model import expected_collectives, saved_bytes_per_token
 from gpulab.validate import positive_int
 
 
@@ -183,3 +185,44 @@ def shard_rows(result: TPResult, plan: str = "tp") -> list[dict]:
              "split": "no" if shape == run["local_shapes"][name] else "yes"}
             for name, shape in run["full_shapes"].items()]
 
+
+def _saved_runs(result: TPResult, rank: int = 0) -> dict[str, dict]:
+    """Rank ``rank``'s float32 runs of the block, by plan (the weighted ones: no control)."""
+    return {r["plan"]: r for r in result.per_rank[rank]["block"] if r["dtype"] == "float32" and r["weighted"]}
+
+
+def saved_rows(result: TPResult) -> list[dict]:
+    """Bytes one forward pass of the block saved for backward on rank 0, by the module that saved them: in one
+    process and under the ``tp`` and ``sp`` plans (``gpulab.distributed.tp_parts.saved_bytes``)."""
+    runs = _saved_runs(result)
+    columns = {"one process": runs["tp"]["saved_bytes_one_process"], "tp": runs["tp"]["saved_bytes"],
+               "sp": runs["sp"]["saved_bytes"]}
+    modules = list(dict.fromkeys(m for saved in columns.values() for m in saved))
+    rows = [{"module": m, **{name: saved.get(m, 0) for name, saved in columns.items()}} for m in modules]
+    return rows + [{"module": "total", **{name: sum(saved.values()) for name, saved in columns.items()}}]
+
+
+#: Each implementation the formula knows: (label, what the launch ran for it, its ``sequence_parallel``).
+IMPLEMENTATIONS = (("one process", "one process", "none"), ("TP (plan tp)", "tp", "none"),
+                   ("torch's SP (plan sp)", "sp", "torch"), ("Megatron-LM's SP (not run)", None, "megatron"))
+
+
+def _counted(result: TPResult, ran: str | None) -> list[int]:
+    """Bytes saved per block on each rank that ran ``ran`` (a plan, or rank 0's unsplit copy); none if not run."""
+    if ran is None:
+        return []
+    if ran == "one process":
+        return [sum(_saved_runs(result)["tp"]["saved_bytes_one_process"].values())]
+    return [sum(_saved_runs(result, rank)[ran]["saved_bytes"].values()) for rank in range(result.ranks)]
+
+
+def saved_formula_rows(result: TPResult) -> list[dict]:
+    """Bytes saved for backward per block: ``tp_model.saved_bytes_per_token`` x the batch's tokens, next to the
+    bytes each rank measured (``measured``: one number per rank; Megatron-LM's form is not run here)."""
+    run = _saved_runs(result)["tp"]
+    rows = []
+    for label, ran, kind in IMPLEMENTATIONS:
+        ranks = 1 if ran == "one process" else result.ranks
+        formula = saved_bytes_per_token(**run["block"], tp=ranks, sequence_parallel=kind) * run["tokens"]
+        rows.append({"implementation": label, "ranks": ranks, "formula": formula, "measured": _counted(result, ran)})
+    return rows

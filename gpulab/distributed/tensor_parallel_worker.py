@@ -7,7 +7,8 @@ Parts (any of them, in this order, in one launch; ``gpulab.distributed.tp_parts`
 
 - ``megatron``: an MLP split by hand on plain tensors, one all-reduce, beside one process and a wrong split;
 - ``block``: a tiny transformer block under each plan of ``gpulab.tp_model.PLANS`` (``parallelize_module``),
-  trained ``--steps`` steps beside one process, its collectives counted per phase with ``CommDebugMode``;
+  trained ``--steps`` steps beside one process, its collectives counted per phase with ``CommDebugMode``, the
+  bytes its forward pass saves for backward counted per module with ``saved_tensors_hooks``;
 - ``traffic``: an all-reduce sweep, then a larger block profiled: each collective's size and time;
 - ``vocab``: an output layer of ``--vocab`` rows split by rows, trained with gathered logits and with
   ``loss_parallel``, then padded to a multiple of the ranks (``loss_parallel``), each beside one process.

@@ -3,7 +3,8 @@
 - :func:`megatron_part`: an MLP split by hand with plain tensors (column split, then row split, one
   all-reduce), every rank's shards and partial outputs, next to one process and a split that is wrong;
 - :func:`block_part`: a :class:`gpulab.tp_model.TinyBlock` under each plan of ``tp_model.PLANS``, trained a few
-  steps beside one process, with the collectives of each phase counted by ``CommDebugMode``;
+  steps beside one process, with the collectives of each phase counted by ``CommDebugMode`` and the bytes one
+  forward pass saves for backward (:func:`saved_bytes`), split and in one process;
 - :func:`vocab_part`: an output layer whose vocabulary does not divide by the ranks, with ``loss_parallel``.
 
 ``gpulab.distributed.tp_traffic`` times the collectives of a larger block; the worker
@@ -117,6 +118,43 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
+def saved_bytes(model: torch.nn.Module, x: torch.Tensor) -> dict[str, int]:
+    """Bytes one forward pass of ``model`` on ``x`` saves for backward on this rank, by the module that saved them.
+
+    Counted with ``saved_tensors_hooks`` once per storage, parameters left out, as ``gpulab.memory.saved_tensors``
+    counts; a DTensor counts its local part. What a module's own code saves (attention, GELU) counts under it
+    (``attn``, ``mlp``); what its layers save, under the layer (``attn.q``).
+    """
+    def storage(t: torch.Tensor):
+        with torch.no_grad():
+            return _local(t).untyped_storage()
+
+    seen, stack, by_module = {storage(p).data_ptr() for p in model.parameters()}, ["(block)"], {}
+    names = {m: name for name, m in model.named_modules() if name}
+
+    def enter(module, args) -> None:
+        stack.append(names[module])
+
+    def leave(module, args, output) -> None:
+        stack.pop()
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        s = storage(t)
+        if s.data_ptr() not in seen:
+            seen.add(s.data_ptr())
+            by_module[stack[-1]] = by_module.get(stack[-1], 0) + s.nbytes()
+        return t
+
+    hooks = [h for m in names for h in (m.register_forward_pre_hook(enter), m.register_forward_hook(leave))]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return by_module
+
+
 def weight_difference(model: torch.nn.Module, reference: torch.nn.Module) -> float:
     """The largest difference between ``model``'s full parameters (gathered) and ``reference``'s, on any rank."""
     ref = dict(reference.named_parameters())
@@ -151,6 +189,8 @@ def train_block(plan: str, rank: int, world: int, steps: int, dtype: torch.dtype
     sharded = plan == "sp"
     xs, ys = (shard(x, 1, rank, world), shard(y, 1, rank, world)) if sharded else (x, y)
     share = xs.shape[1] / x.shape[1] if sharded else None
+    saved = {"saved_bytes": saved_bytes(tp, xs.clone()), "saved_bytes_one_process": saved_bytes(one, x),
+             "tokens": BATCH * SEQ, "block": dict(BLOCK)}  # xs.clone(): the rank's tokens alone, as a block gets them
     opt_one, opt_tp = torch.optim.SGD(one.parameters(), lr=LR), torch.optim.SGD(tp.parameters(), lr=LR)
     first, losses_tp, losses_one = PhaseCounter(), [], []
     for step in range(steps):
@@ -159,7 +199,7 @@ def train_block(plan: str, rank: int, world: int, steps: int, dtype: torch.dtype
         losses_tp.append(_global_loss(loss, share))
         losses_one.append(float(train_step(one, opt_one, x, y).item()))
     return {"plan": plan, "dtype": str(dtype).replace("torch.", ""), "weighted": weighted, "steps": steps,
-            "counts": first.counts, "losses": losses_tp, "losses_one_process": losses_one,
+            "counts": first.counts, "losses": losses_tp, **saved, "losses_one_process": losses_one,
             "max_weight_difference": weight_difference(tp, one),
             "max_loss_difference": max(abs(a - b) for a, b in zip(losses_tp, losses_one)),
             "local_shapes": {name: list(_local(p).shape) for name, p in tp.named_parameters()},
