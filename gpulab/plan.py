@@ -2,60 +2,46 @@
 
     from gpulab.plan import GB, Cluster, Model, format_plan, plan
     model = Model(parameters=7_000_000_000, layers=32, hidden=4096, sequence=4096)
-    cluster = Cluster(gpus=8, memory=141 * GB, latency=5e-6, bandwidth=450e9, peak_flops=989e12)
+    cluster = Cluster(gpus=8, memory=141 * GB, latency=5e-6, bandwidth=367.61e9, peak_flops=989e12)
     print(format_plan(plan(model, cluster, batch=64)))
 
 Units: bytes, seconds, bytes/s and FLOP/s; tables print GiB (2**30 bytes). ``141 * GB`` reads an H200 spec
-sheet's "141 GB" as decimal gigabytes, 141e9 bytes (131.3 GiB). The sheet does not say which unit it means, so this
-is the cautious reading; for a real card, plan with the total it reports itself
-(``torch.cuda.get_device_properties(0).total_memory``, in bytes).
+sheet's "141 GB" as decimal gigabytes, 141e9 bytes (131.3 GiB), the cautious reading; for a real card, plan with
+the total it reports itself (``torch.cuda.get_device_properties(0).total_memory``, in bytes).
 
-A **layout** splits the GPUs by three degrees, with ``dp * tp * pp = gpus``: the data-parallel degree ``dp`` (the
-ranks of one data-parallel group, which hold the same part of the model, whole with DDP or sharded with FSDP, and
-each see a different part of the batch; there are ``tp * pp`` such groups), the tensor-parallel degree ``tp``
-(each layer's matrices split over ``tp`` GPUs, with or without sequence parallelism) and ``pp`` pipeline stages
-(each holding ``layers / pp`` layers);
-its micro-batches are a pipeline's (with a schedule) or, without one, gradient accumulation. For each layout,
-:func:`predict` gives per rank (how each layout runs: :mod:`gpulab.plan_costs`):
+A **layout** (:class:`gpulab.plan_layouts.Layout`) splits the GPUs by three degrees, ``dp * tp * pp = gpus``.
+For each, :func:`predict` gives per rank:
 
-- **compute**: model FLOPs, 6 per parameter per token (forward 2, backward 4) plus attention's ``12 s h`` per
-  token per layer (PaLM's count; a causal mask halves it, which PaLM's formula does not), at
-  ``cluster.efficiency`` x the rate the roofline allows the blocks' largest matrix product
-  (``gpulab.roofline.attainable``), plus the optimizer step read and written once at the memory bandwidth.
-  ``efficiency=1`` (the default) makes it a lower bound: published whole training steps reach about 0.38 to
-  0.46 of the peak in model FLOPs (model FLOPs utilisation, MFU: PaLM 46.2%, Chowdhery et al. 2022,
-  https://arxiv.org/abs/2204.02311, whose count does not halve causal attention; Llama 3 405B 38 to 43%, Dubey
-  et al. 2024, https://arxiv.org/abs/2407.21783). Megatron-LM's 52% (Narayanan et al. 2021,
-  https://arxiv.org/abs/2104.04473) also counts the FLOPs of activation recomputation: its eq. 3 has the factor
-  96 where the model FLOPs alone give 72;
-- **exposed communication**: every collective's ring time and every pipeline send from the link's latency and
-  per-direction bandwidth (``gpulab.distributed.cost``'s conventions). Assuming none of it hidden behind compute
-  is pessimistic, but every call runs at the link's full bandwidth after an assumed latency, the best case. So
-  this is an estimate, not a bound in either direction;
-- **bubble**: a pipeline's ranks wait while it fills and drains, ``(pp - 1) / m`` of the forward and backward
-  compute; in a step with nothing but that compute, this is ``(pp - 1) / (m + pp - 1)`` of the step;
-- **memory**: parameters, gradients and optimizer state from ``gpulab.estimate``, the activations in flight
-  (GPipe: all ``m``; 1F1B: ``pp`` on the first stage; accumulation: one micro-batch), and at the peak DDP's
-  gradient buckets or FSDP's gathered parameters. A layout **fits** when its peak leaves ``cluster.headroom``
-  of the memory free (default 10%, a rule of thumb for the CUDA context, NCCL's buffers, the allocator's
-  fragmentation and temporaries the planner does not count).
+- **compute**: the slowest pipeline rank's FLOPs (:mod:`gpulab.plan_costs`) at ``cluster.efficiency`` x the rate a
+  :class:`~gpulab.plan_calibration.Calibration` measured for the blocks' up-projection shape, else the roofline's
+  (``gpulab.roofline.attainable``), plus the optimizer step (its state read and written once). ``efficiency=1``
+  without a calibration makes it a lower bound: whole steps reach about 0.38 to 0.46 of the peak in model FLOPs
+  (PaLM 46.2%, https://arxiv.org/abs/2204.02311; Llama 3 405B 38 to 43%, https://arxiv.org/abs/2407.21783);
+  Megatron-LM's 52% (https://arxiv.org/abs/2104.04473) also counts recomputed FLOPs;
+- **exposed communication**: every call of :func:`gpulab.plan_traffic.traffic` on its link, each class of traffic
+  times its exposed share (1 unless measured: none hidden, none slowed);
+- **bubble**: ``(pp - 1) / (v m)`` of the forward and backward compute (``v`` stages a rank). Where ranks share
+  processors (``Calibration.alone`` < 1), a waiting rank leaves its share to the others: the bubble is only what
+  the critical path, at the rate of a rank alone, adds beyond the work all ranks share;
+- **memory**: :func:`gpulab.plan_costs.memory_bytes` on the rank that must fit most. A layout **fits** when its
+  peak leaves ``cluster.headroom`` of the memory free (default 10%).
 
-Left out: activation checkpointing (recomputing activations in backward: less memory, about a third more
-compute), the attention scores (flash attention does not keep them), interleaved and zero-bubble schedules, the
-embedding and output layers (their parameters are spread evenly over the layers), a slower link between
-machines (every group uses the one link) and any overlap of communication with compute.
+Left out: expert parallelism and its all-to-all (a mixture of experts is priced by its activated FLOPs with all
+experts held like dense parameters), context parallelism, zero-bubble schedules, and any overlap not measured.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpulab.estimate import OPTIMIZER_STATES, PRECISIONS
-from gpulab.plan_costs import communication_seconds, memory_bytes, model_flops
-from gpulab.plan_layouts import BLOCKS, DEFAULT_HEADROOM, Layout, check_layout, layouts
-from gpulab.roofline import attainable
+from gpulab.plan_calibration import Calibration
+from gpulab.plan_costs import compute_rate, memory_bytes, rank_flops
+from gpulab.plan_blocks import BLOCKS, SP_STYLES
+from gpulab.plan_layouts import DEFAULT_HEADROOM, Layout, check_layout, layouts
+from gpulab.plan_traffic import exposed_seconds, traffic
 from gpulab.tables import format_rows
-from gpulab.validate import one_of, positive_int, positive_number
+from gpulab.validate import non_negative_int, one_of, positive_int, positive_number
 
 GB = 10**9  # a decimal gigabyte, as spec sheets and link speeds count
 GIB = 2**30  # a binary gibibyte, as the tables print
@@ -68,8 +54,11 @@ PUBLISHED_MFU = ("published model-FLOPs utilisation of whole steps: about 38-46%
 class Model:
     """What the planner needs to know about a model: its size and shape, precision and optimizer.
 
-    ``block``: what one layer is, for its activations and tensor-parallel all-reduces (:data:`BLOCKS`);
-    ``causal``: attention sees only earlier tokens (a decoder), so its kernel computes half the scores.
+    ``block``: what one layer is (:data:`gpulab.plan_layouts.BLOCKS`); ``causal``: attention sees only earlier
+    tokens, so its kernel computes half the scores; ``vocab``: the vocabulary of the embedding and the (untied)
+    output layer, ``vocab x hidden`` parameters each, included in ``parameters`` (0: none); ``heads``: attention
+    heads, needed only to keep the attention scores (``recompute="none"``); ``active_parameters``: a mixture of
+    experts' parameters used per token (its FLOPs), None for a dense model.
     """
 
     parameters: int
@@ -80,6 +69,9 @@ class Model:
     precision: str = "bf16-mixed"
     optimizer: str = "adam"
     causal: bool = True
+    vocab: int = 0
+    heads: int | None = None
+    active_parameters: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("parameters", "layers", "hidden", "sequence"):
@@ -89,21 +81,45 @@ class Model:
         one_of(self.optimizer, OPTIMIZER_STATES, "optimizer")
         if not isinstance(self.causal, bool):
             raise ValueError(f"causal={self.causal!r} must be True or False")
+        non_negative_int(self.vocab, "vocab")
+        if self.heads is not None:
+            positive_int(self.heads, "heads")
+        if self.parameters <= 2 * self.vocab * self.hidden:
+            raise ValueError(f"parameters={self.parameters} must exceed the embedding and output layer's "
+                             f"2 x vocab x hidden = {2 * self.vocab * self.hidden}")
+        if self.active_parameters is not None and not (
+                2 * self.vocab * self.hidden < positive_int(self.active_parameters, "active_parameters")
+                <= self.parameters):
+            raise ValueError(f"active_parameters={self.active_parameters} must be at most parameters and exceed "
+                             "the embedding and output layer")
 
     @property
     def activation_itemsize(self) -> int:
         """Bytes of one activation value: the dtype the weights are computed in."""
         return PRECISIONS[self.precision].gather.itemsize
 
+    @property
+    def layer_parameters(self) -> float:
+        """Parameters of one layer: the model without its embedding and output layer, over the layers."""
+        return (self.parameters - 2 * self.vocab * self.hidden) / self.layers
+
+    @property
+    def active_layer_parameters(self) -> float:
+        """Parameters one token uses in one layer (all of them in a dense model)."""
+        active = self.parameters if self.active_parameters is None else self.active_parameters
+        return (active - 2 * self.vocab * self.hidden) / self.layers
+
 
 @dataclass(frozen=True)
 class Cluster:
-    """The machines: GPU count, memory per GPU (bytes), one link's latency (s) and bandwidth (bytes/s), peak FLOP/s.
+    """The machines: GPU count, memory per GPU (bytes), the link inside a node, peak FLOP/s, what was measured.
 
-    ``bandwidth``: per direction, as nccl-tests' bus bandwidth (an NVLink of 900 GB/s both ways is 450e9).
-    ``memory_bandwidth`` (bytes/s, optional) turns on the roofline: small matrix products then run below the peak.
-    ``efficiency``: the share of that rate whole steps reach, in (0, 1] (1: a lower bound on compute time;
-    see the module docstring for measured values). ``headroom``: the share of ``memory`` kept free, in [0, 1).
+    ``latency`` (s) and ``bandwidth`` (bytes/s): one link inside a node, the bandwidth per direction as nccl-tests'
+    bus bandwidth measures it (8 H200 on NVLink 4 measured 367.61e9 with rings: ``gpulab.published``; the line rate
+    is 450e9 per direction). ``gpus_per_node`` (None: one node) with ``inter_latency`` and ``inter_bandwidth``:
+    the network between nodes, per GPU. ``memory_bandwidth`` (bytes/s, optional) turns on the roofline.
+    ``efficiency``: the share of that rate whole steps reach, in (0, 1]. ``headroom``: the share of ``memory`` kept
+    free, in [0, 1). ``calibration``: what was measured (:class:`~gpulab.plan_calibration.Calibration`).
     """
 
     gpus: int
@@ -114,6 +130,10 @@ class Cluster:
     memory_bandwidth: float | None = None
     efficiency: float = 1.0
     headroom: float = DEFAULT_HEADROOM
+    gpus_per_node: int | None = None
+    inter_latency: float | None = None
+    inter_bandwidth: float | None = None
+    calibration: Calibration | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         positive_int(self.gpus, "gpus")
@@ -125,6 +145,15 @@ class Cluster:
             raise ValueError(f"efficiency={self.efficiency!r} must be in (0, 1]: a share of the peak rate")
         if isinstance(self.headroom, bool) or not isinstance(self.headroom, (int, float)) or not 0 <= self.headroom < 1:
             raise ValueError(f"headroom={self.headroom!r} must be in [0, 1): the share of memory kept free")
+        if self.gpus_per_node is not None:
+            positive_int(self.gpus_per_node, "gpus_per_node")
+            if self.gpus % self.gpus_per_node:
+                raise ValueError(f"gpus={self.gpus} is not a whole number of nodes of {self.gpus_per_node}")
+            if self.gpus > self.gpus_per_node:
+                for name in ("inter_latency", "inter_bandwidth"):
+                    positive_number(getattr(self, name), f"{name} (the link between nodes)")
+        if self.calibration is not None and not isinstance(self.calibration, Calibration):
+            raise ValueError(f"calibration={self.calibration!r} must be a gpulab.plan_calibration.Calibration")
 
     @property
     def usable_memory(self) -> float:
@@ -140,11 +169,14 @@ class Prediction:
     compute: float
     communication: float
     bubble: float
-    memory: int  # parameters, gradients, optimizer state and activations held on the biggest rank
+    memory: int  # parameters, gradients, optimizer state and activations held on the rank that must fit most
     peak: int  # memory plus DDP's buckets or FSDP's gathered parameters: what must fit
     fits: bool  # peak <= cluster.usable_memory
     usable: float = 0.0  # the cluster's usable memory (bytes) the fit was tested against
     efficiency: float = 1.0  # the cluster's efficiency the compute assumed
+    calls: dict = field(default_factory=dict, compare=False)  # kind -> calls per step on the busiest rank
+    traffic: dict = field(default_factory=dict, compare=False)  # traffic class -> exposed seconds
+    calibration: str = ""  # the source of the calibration that priced it ("": the cluster's spec alone)
 
     @property
     def step(self) -> float:
@@ -164,30 +196,35 @@ def predict(model: Model, cluster: Cluster, batch: int, layout: Layout) -> Predi
         if not isinstance(value, kind):
             raise ValueError(f"{name}={value!r} must be a {kind.__name__} (gpulab.plan or gpulab.plan_layouts)")
     check_layout(model, cluster, batch, layout)
-    dp, tp, pp, m = layout.dp, layout.tp, layout.pp, layout.micro_batches
-    act_size, block = model.activation_itemsize, BLOCKS[model.block]
-    tokens = batch // dp * model.sequence  # per rank per step
+    pp, m = layout.pp, layout.micro_batches
+    tokens = batch // layout.dp * model.sequence  # per rank per step
     per_micro = tokens // m
-    # compute: the blocks' up-projection (tokens x h) @ (h x k h / tp) sets the rate of the matrix products
-    k, n = model.hidden, block.widen * model.hidden // tp
-    intensity = 2 * per_micro * k * n / (act_size * (per_micro * k + k * n + per_micro * n))
-    rate = cluster.peak_flops if cluster.memory_bandwidth is None else attainable(
-        intensity, cluster.peak_flops, cluster.memory_bandwidth)
     state, held, peak = memory_bytes(model, layout, per_micro)
     optimizer_s = 0.0 if cluster.memory_bandwidth is None else 2 * state / cluster.memory_bandwidth
-    forward_backward = model_flops(model, layout, tokens) / (rate * cluster.efficiency)
-    comm = communication_seconds(model, cluster, layout, per_micro)
-    bubble = (pp - 1) / m * forward_backward
-    return Prediction(layout, forward_backward + optimizer_s, comm, bubble, held, peak,
-                      peak <= cluster.usable_memory, cluster.usable_memory, cluster.efficiency)
+    busy = max(rank_flops(model, layout, tokens)) / (compute_rate(model, cluster, per_micro, layout.tp) * cluster.efficiency)
+    share = (pp - 1) / (layout.stages_per_rank * m)
+    alone = busy * (cluster.calibration.alone if cluster.calibration is not None else 1.0)  # the others waiting
+    bubble = max(0.0, (1 + share) * alone - busy)
+    calls = traffic(model, cluster, layout, per_micro)
+    exposed = exposed_seconds(calls, cluster)
+    counts: dict = {}
+    for call in calls:
+        counts[call.kind] = counts.get(call.kind, 0) + call.count
+    return Prediction(layout, busy + optimizer_s, sum(exposed.values()), bubble, held, peak,
+                      peak <= cluster.usable_memory, cluster.usable_memory, cluster.efficiency, counts, exposed,
+                      cluster.calibration.source or "unnamed" if cluster.calibration is not None else "")
 
 
-def plan(model: Model, cluster: Cluster, batch: int) -> list[Prediction]:
-    """Every layout's prediction: those that fit first, fastest first (then the smallest); then those that do not."""
-    found = [predict(model, cluster, batch, layout) for layout in layouts(model, cluster, batch)]
+def plan(model: Model, cluster: Cluster, batch: int, sp_style: str = "megatron") -> list[Prediction]:
+    """Every layout's prediction: those that fit first, fastest first (then the smallest); then those that do not.
+
+    ``sp_style``: whose sequence parallelism the tensor-parallel layouts use (:data:`gpulab.plan_layouts.SP_STYLES`).
+    """
+    one_of(sp_style, SP_STYLES, "sp_style")
+    found = [predict(model, cluster, batch, layout) for layout in layouts(model, cluster, batch, sp_style)]
     if not found:
         raise ValueError(f"no layout of {cluster.gpus} GPUs applies: batch={batch} must divide over the data-parallel "
-                         f"ranks, layers={model.layers} over the stages, hidden={model.hidden} over tensor parallelism")
+                         f"ranks, hidden={model.hidden} over tensor parallelism, layers={model.layers} fill the stages")
     return sorted(found, key=lambda p: (not p.fits, p.step, p.peak))
 
 
@@ -199,10 +236,13 @@ def format_plan(predictions: list[Prediction], top: int = 10) -> str:
     fit, first = sum(p.fits for p in predictions), predictions[0]
     head = (f"{len(predictions)} layouts considered, {fit} fit in memory "
             f"(peak <= {first.usable / GIB:.1f} GiB per GPU after the headroom)")
-    bound = ": a lower bound" if first.efficiency == 1 else " (the cluster's efficiency)"
-    notes = [f"compute: model FLOPs at {first.efficiency:.0%} of the roofline rate{bound}",
-             PUBLISHED_MFU,
-             "communication: every call at the link's full bandwidth, none hidden behind compute: an estimate, "
-             "not a bound",
-             "left out: activation checkpointing, interleaved schedules, embedding and output layers"]
+    if first.calibration:
+        notes = [f"calibration ({first.calibration}): compute and calls as measured where measured, else the roofline "
+                 "and the ring; each class of traffic times its exposed share"]
+    else:
+        bound = ": a lower bound" if first.efficiency == 1 else " (the cluster's efficiency)"
+        notes = [f"compute: model FLOPs at {first.efficiency:.0%} of the roofline rate{bound}",
+                 "communication: every call at the link's full bandwidth, none hidden behind compute: an estimate, "
+                 "not a bound"]
+    notes += [PUBLISHED_MFU, "left out: expert and context parallelism, zero-bubble schedules, unmeasured overlap"]
     return "\n".join([head, format_rows([p.row() for p in predictions[:top]]), *notes])

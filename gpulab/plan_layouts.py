@@ -1,66 +1,36 @@
-"""The layouts ``gpulab.plan`` compares: what a layer's activations and all-reduces are, and which splits apply.
+"""The layouts ``gpulab.plan`` compares: how each splits the GPUs, which apply, how the stages divide the layers.
 
-A :class:`Layout` is ``dp`` x ``tp`` x ``pp`` GPUs (data, tensor and pipeline parallel degrees), FSDP or DDP over
-``dp``, tensor parallelism with or without sequence parallelism, and its micro-batches: a pipeline's, with its
-schedule, or without a pipeline the micro-batches of gradient accumulation. :func:`layouts` lists every one that
-applies to a model, a cluster and a batch; :func:`check_layout` says why one does not.
+A :class:`Layout` is ``dp`` x ``tp`` x ``pp`` GPUs (data, tensor and pipeline parallel degrees); over ``dp`` DDP,
+ZeRO-1, FSDP or HSDP; tensor parallelism with or without sequence parallelism (Megatron's or torch's); its
+micro-batches (a pipeline's, with its schedule, or gradient accumulation); and what backward recomputes.
+:func:`layouts` lists every one that applies to a model, a cluster and a batch; :func:`check_layout` says why one
+does not; :func:`stage_layers` splits the layers over the stages.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulab.validate import positive_int
+from gpulab.plan_blocks import BLOCKS, RECOMPUTE, SP_STYLES
+from gpulab.validate import one_of, positive_int
 
-SCHEDULES = ("-", "GPipe", "1F1B")
+SCHEDULES = ("-", "GPipe", "1F1B", "Interleaved1F1B")
 #: The share of each GPU's memory a layout must leave free (``gpulab.plan.Cluster.headroom``'s default): a rule
 #: of thumb for the CUDA context, NCCL's buffers, the allocator's fragmentation and uncounted temporaries.
 DEFAULT_HEADROOM = 0.1
 
 
 @dataclass(frozen=True)
-class Block:
-    """One layer, as the planner sees it.
-
-    ``replicated`` and ``split``: values saved for backward per token, in units of the hidden size, that tensor
-    parallelism without sequence parallelism keeps whole on every rank or splits over them (sequence parallelism
-    splits both); ``tp_allreduces``: all-reduces of one micro-batch's activations per layer under tensor
-    parallelism (forward and backward); ``widen``: the up-projection's factor (``hidden -> widen x hidden``),
-    whose matrix product sets the compute rate; ``attention``: the layer has self-attention (its FLOPs grow with
-    the sequence); ``sequence_parallel``: the planner knows the layer's sequence-parallel form.
-    """
-
-    replicated: float
-    split: float
-    tp_allreduces: int
-    widen: int = 4
-    attention: bool = False
-    sequence_parallel: bool = False
-
-    def bytes_per_token(self, hidden: int, tp: int, itemsize: int, sequence_parallel: bool = False) -> float:
-        """Activation bytes one token leaves in one layer on one rank (``sequence_parallel``: all split over tp)."""
-        whole = self.replicated / tp if sequence_parallel else self.replicated
-        return itemsize * hidden * (whole + self.split / tp)
-
-
-#: ``transformer``: Korthikanti et al. 2022 (https://arxiv.org/abs/2205.05198, section 4), per layer and token
-#: with 16-bit activations: ``h (10 + 24 / t)`` bytes under tensor parallelism of ``t`` without sequence
-#: parallelism (the two layer norms' inputs, the inputs of the QKV and first MLP matrices and two 1-byte dropout
-#: masks stay whole: 10 h bytes, 5 values here), ``34 h / t`` with it; without the attention scores
-#: (``5 a s / t`` more, ``a`` heads), which flash attention does not keep. Megatron's 2 all-reduces forward and 2
-#: backward. Other itemsizes scale all of it (the 1-byte masks included: a small overcount in fp32).
-#: ``mlp``: ``Linear(h, 4h) -> ReLU -> Linear(4h, h)`` (notebook 13's blocks): its input (h, whole on every rank)
-#: and the ReLU's output (4h, split); one all-reduce forward (after the row-split Linear), one backward.
-BLOCKS = {"transformer": Block(5.0, 12.0, 4, attention=True, sequence_parallel=True), "mlp": Block(1.0, 4.0, 2)}
-
-
-@dataclass(frozen=True)
 class Layout:
-    """``dp`` x ``tp`` x ``pp`` GPUs; ``fsdp``: shard over ``dp`` (else DDP replicas); the micro-batches.
+    """``dp`` x ``tp`` x ``pp`` GPUs and how each part runs.
 
-    With ``pp > 1`` the micro-batches are the pipeline's (``schedule`` GPipe or 1F1B); with ``pp == 1`` they
-    are gradient accumulation (``schedule`` ``"-"``): one micro-batch at a time, one optimizer step.
-    ``sequence_parallel``: tensor parallelism (``tp > 1``) with sequence parallelism (Korthikanti et al. 2022).
+    ``fsdp``: shard parameters, gradients and optimizer state over ``dp`` (else DDP replicas); ``replicas``: with
+    FSDP, HSDP: shard inside groups of ``dp / replicas`` ranks, replicate over ``replicas`` of them; ``zero1``:
+    DDP's replicas with the optimizer state sharded over ``dp`` (Megatron's distributed optimizer, ZeRO stage 1).
+    With ``pp > 1`` the micro-batches are the pipeline's (``schedule`` GPipe, 1F1B or Interleaved1F1B with
+    ``stages_per_rank`` > 1); with ``pp == 1`` they are gradient accumulation (``schedule`` ``"-"``).
+    ``sequence_parallel``: tensor parallelism (``tp > 1``) with sequence parallelism, ``sp_style`` saying whose
+    (:data:`SP_STYLES`); ``recompute``: :data:`RECOMPUTE`.
     """
 
     dp: int
@@ -70,25 +40,45 @@ class Layout:
     micro_batches: int = 1
     schedule: str = "-"
     sequence_parallel: bool = False
+    zero1: bool = False
+    replicas: int = 1
+    stages_per_rank: int = 1
+    recompute: str = "selective"
+    sp_style: str = "megatron"
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "micro_batches"):
+        for name in ("dp", "tp", "pp", "micro_batches", "replicas", "stages_per_rank"):
             positive_int(getattr(self, name), name)
-        for name in ("fsdp", "sequence_parallel"):
+        for name in ("fsdp", "sequence_parallel", "zero1"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule {self.schedule!r} is not one of {', '.join(SCHEDULES)}")
+        one_of(self.schedule, SCHEDULES, "schedule")
+        one_of(self.recompute, RECOMPUTE, "recompute")
+        one_of(self.sp_style, SP_STYLES, "sp_style")
         if (self.pp == 1) != (self.schedule == "-"):
-            raise ValueError(f"pp={self.pp} with schedule {self.schedule!r}: a pipeline (pp > 1) needs GPipe or "
-                             "1F1B, no pipeline needs '-' (its micro-batches are gradient accumulation)")
+            raise ValueError(f"pp={self.pp} with schedule {self.schedule!r}: a pipeline (pp > 1) needs GPipe, 1F1B or "
+                             "Interleaved1F1B, no pipeline needs '-' (its micro-batches are gradient accumulation)")
         if self.schedule == "1F1B" and self.micro_batches < self.pp:
             raise ValueError(f"1F1B needs at least pp={self.pp} micro-batches, got {self.micro_batches} "
                              "(torch's Schedule1F1B refuses fewer; GPipe accepts them)")
+        if (self.schedule == "Interleaved1F1B") != (self.stages_per_rank > 1):
+            raise ValueError(f"stages_per_rank={self.stages_per_rank} with schedule {self.schedule!r}: several stages "
+                             "a rank need Interleaved1F1B, and Interleaved1F1B needs several")
+        rounds = max(1, self.micro_batches // self.pp)
+        if self.schedule == "Interleaved1F1B" and self.micro_batches % rounds:
+            raise ValueError(f"Interleaved1F1B needs micro_batches={self.micro_batches} to be a multiple of the "
+                             f"number of rounds ({rounds}), as torch's ScheduleInterleaved1F1B checks")
         if self.fsdp and self.dp == 1:
             raise ValueError("fsdp=True needs dp > 1: there is nothing to shard over one data-parallel rank")
+        if self.zero1 and (self.fsdp or self.dp == 1):
+            raise ValueError("zero1=True needs dp > 1 and fsdp=False: ZeRO-1 shards the optimizer state of DDP's replicas")
+        if self.replicas > 1 and (not self.fsdp or self.dp % self.replicas or self.replicas == self.dp):
+            raise ValueError(f"replicas={self.replicas} (HSDP) needs fsdp=True and dp={self.dp} to split into "
+                             "shard groups of 2 or more ranks")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel=True needs tp > 1: it splits tensor parallelism's whole activations")
+        if self.sp_style != "megatron" and not self.sequence_parallel:
+            raise ValueError(f"sp_style={self.sp_style!r} needs sequence_parallel=True")
 
     @property
     def gpus(self) -> int:
@@ -96,26 +86,73 @@ class Layout:
         return self.dp * self.tp * self.pp
 
     @property
-    def in_flight(self) -> int:
-        """Micro-batches whose activations the first stage holds at once: GPipe all, 1F1B at most ``pp``.
+    def shard_ranks(self) -> int:
+        """Ranks that share one copy of the optimizer state (FSDP and ZeRO-1: ``dp``; HSDP: a shard group)."""
+        return self.dp // self.replicas if (self.fsdp or self.zero1) else 1
 
-        Without a pipeline, gradient accumulation holds one micro-batch's activations at a time.
+    def in_flight_on(self, rank: int) -> float:
+        """Micro-batches of pipeline rank ``rank``'s whole stage whose activations it holds at once.
+
+        GPipe: all; 1F1B: at most ``pp - rank``; Interleaved1F1B: its warm-up chunks plus one, over
+        ``stages_per_rank`` (torch's ``_get_warmup_ops``: ``(v - 1) m / r + 2 (pp - 1 - rank)`` chunks, ``r``
+        rounds), which on the first rank is Korthikanti et al.'s ``pp (1 + (pp - 1) / (pp v))`` when ``m`` is a
+        multiple of ``pp``. Without a pipeline, gradient accumulation holds one micro-batch at a time.
         """
+        m, v, p = self.micro_batches, self.stages_per_rank, self.pp
         if self.schedule == "GPipe":
-            return self.micro_batches
-        return min(self.micro_batches, self.pp)
+            return m
+        if self.schedule == "Interleaved1F1B":
+            per_round = m // max(1, m // p)
+            return min(m * v, (v - 1) * per_round + 2 * (p - 1 - rank) + 1) / v
+        return min(m, p - rank)
+
+    @property
+    def in_flight(self) -> float:
+        """:meth:`in_flight_on` the first rank, which holds the most."""
+        return self.in_flight_on(0)
 
     @property
     def name(self) -> str:
         """Like ``FSDP 2 x TP 2 (SP)``, ``PP 4 (1F1B, 8 micro-batches)`` or ``DDP 8 (4 micro-batches accumulated)``."""
-        parts = [f"{'FSDP' if self.fsdp else 'DDP'} {self.dp}"] * (self.dp > 1)
-        parts += [f"TP {self.tp}{' (SP)' * self.sequence_parallel}"] * (self.tp > 1)
+        data = "HSDP" if self.replicas > 1 else "FSDP" if self.fsdp else "ZeRO-1" if self.zero1 else "DDP"
+        parts = [f"{data} {self.dp}" + (f" ({self.replicas} replicas)" if self.replicas > 1 else "")] * (self.dp > 1)
+        sp = {"megatron": " (SP)", "torch": " (SP, torch)"}[self.sp_style] if self.sequence_parallel else ""
+        parts += [f"TP {self.tp}{sp}"] * (self.tp > 1)
         if self.pp > 1:
-            parts.append(f"PP {self.pp} ({self.schedule}, {self.micro_batches} micro-batches)")
+            schedule = (f"interleaved 1F1B, {self.stages_per_rank} stages a rank" if self.stages_per_rank > 1
+                        else self.schedule)
+            parts.append(f"PP {self.pp} ({schedule}, {self.micro_batches} micro-batches)")
         name = " x ".join(parts) or "1 GPU"
         if self.pp == 1 and self.micro_batches > 1:
             name += f" ({self.micro_batches} micro-batches accumulated)"
+        if self.recompute != "selective":
+            name += {"none": ", keeps attention scores", "full": ", full recomputation"}[self.recompute]
         return name
+
+
+def stage_layers(layers: int, chunks: int) -> list[int]:
+    """Layers of each of ``chunks`` pipeline stages (in order): as equal as can be, the extra ones in the middle.
+
+    The first stage also holds the embedding and the last the output layer, so the middle stages take the
+    remainder first, as Llama 3 did (Dubey et al. 2024, https://arxiv.org/abs/2407.21783, section 3.3.2: one
+    layer fewer on the first and the last stage).
+    """
+    positive_int(layers, "layers")
+    positive_int(chunks, "chunks")
+    if chunks > layers:
+        raise ValueError(f"{chunks} stages need at least {chunks} layers, the model has {layers}")
+    base, extra = divmod(layers, chunks)
+    order = list(range(1, chunks - 1)) + ([chunks - 1, 0] if chunks > 1 else [0])
+    counts = [base] * chunks
+    for stage in order[:extra]:
+        counts[stage] += 1
+    return counts
+
+
+def rank_layers(layers: int, layout: Layout) -> list[int]:
+    """Layers each pipeline rank holds (with ``stages_per_rank`` > 1, rank ``r`` holds stages ``r``, ``r + pp``, ...)."""
+    counts = stage_layers(layers, layout.pp * layout.stages_per_rank)
+    return [sum(counts[r::layout.pp]) for r in range(layout.pp)]
 
 
 def check_layout(model, cluster, batch: int, layout: Layout) -> None:
@@ -125,8 +162,8 @@ def check_layout(model, cluster, batch: int, layout: Layout) -> None:
         raise ValueError(f"{layout.name} uses {layout.gpus} GPUs, the cluster has {cluster.gpus}")
     if batch % layout.dp:
         raise ValueError(f"batch={batch} does not split into {layout.dp} equal data-parallel shares")
-    if model.layers % layout.pp:
-        raise ValueError(f"layers={model.layers} do not split into {layout.pp} equal pipeline stages")
+    if model.layers < layout.pp * layout.stages_per_rank:
+        raise ValueError(f"layers={model.layers} cannot fill {layout.pp * layout.stages_per_rank} pipeline stages")
     if model.hidden % layout.tp:
         raise ValueError(f"hidden={model.hidden} does not split over tensor parallelism of {layout.tp}")
     if batch // layout.dp % layout.micro_batches:
@@ -138,6 +175,8 @@ def check_layout(model, cluster, batch: int, layout: Layout) -> None:
         usable = [name for name, block in BLOCKS.items() if block.sequence_parallel]
         raise ValueError(f"block {model.block!r} has no sequence-parallel form here: use sequence_parallel=False "
                          f"or a block of {', '.join(usable)}")
+    if layout.recompute == "none" and BLOCKS[model.block].attention and model.heads is None:
+        raise ValueError("recompute='none' keeps the attention scores: give the model's heads")
 
 
 def _divisors(n: int) -> list[int]:
@@ -153,24 +192,52 @@ def micro_batch_counts(samples: int, pp: int) -> list[int]:
     return sorted(c for c in counts if c <= samples and samples % c == 0)
 
 
-def layouts(model, cluster, batch: int) -> list[Layout]:
-    """Every layout of ``cluster.gpus`` GPUs that applies; a pipeline runs 1F1B, or GPipe below ``pp`` micro-batches.
+def _data_choices(dp: int, inner: int, cluster) -> list[dict]:
+    """DDP, ZeRO-1 and FSDP over ``dp`` ranks; HSDP where a node holds a whole shard group but not all of dp."""
+    if dp == 1:
+        return [{}]
+    found = [{}, {"zero1": True}, {"fsdp": True}]
+    per_node = cluster.gpus_per_node or cluster.gpus
+    shard = per_node // inner if per_node % inner == 0 else 0
+    if 1 < shard < dp and dp % shard == 0:
+        found.append({"fsdp": True, "replicas": dp // shard})
+    return found
 
-    1F1B takes as long as GPipe and holds fewer activations, so GPipe is listed only where 1F1B cannot run.
-    Without a pipeline every gradient-accumulation count of :func:`micro_batch_counts` is listed; tensor
-    parallelism is listed without and (where the block has it) with sequence parallelism.
+
+def layouts(model, cluster, batch: int, sp_style: str = "megatron") -> list[Layout]:
+    """Every layout of ``cluster.gpus`` GPUs that applies.
+
+    A pipeline runs 1F1B (GPipe where 1F1B cannot: fewer micro-batches than stages), and interleaved 1F1B with 2
+    stages a rank where the layers allow; GPipe is not listed otherwise (it takes as long as 1F1B and holds more).
+    Without a pipeline every gradient-accumulation count of :func:`micro_batch_counts` is listed. Over ``dp``:
+    DDP, ZeRO-1, FSDP and (with nodes) HSDP; tensor parallelism without and (where the block has it) with
+    sequence parallelism of ``sp_style``; recomputation ``selective`` and ``full`` (and ``none`` where the model's
+    heads are known). With nodes (``cluster.gpus_per_node``), tensor parallelism stays inside one.
     """
     positive_int(batch, "batch")
+    one_of(sp_style, SP_STYLES, "sp_style")
+    attention = BLOCKS[model.block].attention
+    recomputes = [r for r in RECOMPUTE if r != "none" or model.heads is not None or not attention]
+    if not attention:
+        recomputes = ["selective", "full"]
     found = []
     for pp in _divisors(cluster.gpus):
         for tp in _divisors(cluster.gpus // pp):
             dp = cluster.gpus // (pp * tp)
-            if model.layers % pp or model.hidden % tp or batch % dp or model.parameters < tp * pp:
+            if (model.layers < pp or model.hidden % tp or batch % dp or model.parameters < tp * pp
+                    or (cluster.gpus_per_node and tp > cluster.gpus_per_node)):
                 continue
             sp_choices = (False, True) if tp > 1 and BLOCKS[model.block].sequence_parallel else (False,)
-            for fsdp in (False, True) if dp > 1 else (False,):
+            for data in _data_choices(dp, tp * pp, cluster):
                 for sp in sp_choices:
-                    for m in micro_batch_counts(batch // dp, pp):
-                        schedule = "-" if pp == 1 else "1F1B" if m >= pp else "GPipe"
-                        found.append(Layout(dp, tp, pp, fsdp, m, schedule, sp))
+                    style = sp_style if sp else "megatron"
+                    for recompute in recomputes:
+                        for m in micro_batch_counts(batch // dp, pp):
+                            schedule = "-" if pp == 1 else "1F1B" if m >= pp else "GPipe"
+                            found.append(Layout(dp, tp, pp, micro_batches=m, schedule=schedule, sequence_parallel=sp,
+                                                recompute=recompute, sp_style=style, **data))
+                            if pp > 1 and m >= pp and m % pp == 0 and model.layers >= 2 * pp:
+                                found.append(Layout(dp, tp, pp, micro_batches=m, schedule="Interleaved1F1B",
+                                                    sequence_parallel=sp, stages_per_rank=2, recompute=recompute,
+                                                    sp_style=style, **data))
     return found

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from gpulab import torch_versions
-from gpulab.distributed import pipelines
+from gpulab.distributed import pipelines, pipelines_plan
+from gpulab.distributed.pipelines_layouts import CALIBRATION, LAYOUTS, VALIDATION
 from gpulab.distributed.pipelines_probe import SHAPE, SavedBytes, batch, blocks, mse
 from gpulab.exercises.pipelines import QUESTIONS_13, check_in_flight
 from gpulab.figures import has_title
@@ -74,12 +75,14 @@ def test_traces_show_each_schedules_order(lesson):
 
 
 @pytest.mark.slow
-def test_bubbles_are_shares_and_the_formula_is_a_floor_for_one_micro_batch(lesson):
+def test_bubbles_are_shares_with_their_spread_and_the_replay(lesson):
     rows = pipelines.bubble_rows(lesson)
     assert {(r["schedule"], r["micro-batches"]) for r in rows} == {
         ("GPipe", 1), ("GPipe", 2), ("GPipe", 4), ("GPipe", 8), ("1F1B", 2), ("1F1B", 4), ("1F1B", 8)}
-    assert all(0 <= r["measured (smallest)"] <= r["measured (median)"] < 1 for r in rows)
+    assert all(0 <= r["q25"] <= r["measured (median)"] <= r["q75"] < 1 and r["steps"] == 2 for r in rows)
     assert all(r["formula"] == pipelines.bubble_formula(2, r["micro-batches"]) for r in rows)
+    # the replay keeps the measured compute and drops the messages: never below the formula's ideal by much
+    assert all(r["formula"] - 0.05 <= r["replayed (median)"] < 1 for r in rows), rows
 
 
 TORCH_2_13 = pytest.mark.skipif(torch_versions.release(torch.__version__) < torch_versions.release("2.13"),
@@ -126,15 +129,26 @@ def test_the_2d_mesh_equals_one_process_and_its_collectives_run_where_expected(l
 
 @pytest.mark.slow
 def test_layouts_measured_against_the_plan(lesson):
-    rows = pipelines.validation_rows(lesson)
-    assert len(rows) == 5
-    assert all(abs(r["memory measured / predicted"] - 1) < 0.1 for r in rows), rows
-    peaks = {r["layout"]: r["predicted peak MiB"] > r["predicted MiB"] for r in rows}  # the unmeasured extras
-    assert peaks == {"DDP 4": True, "FSDP 4": True, "TP 4": False, "PP 4 (1F1B, 4 micro-batches)": False,
-                     "FSDP 2 x TP 2": True}, peaks
-    assert all(r["measured ms"] > 0 and r["predicted ms"] > 0 for r in rows)
-    machine = pipelines.cluster(lesson)
-    assert machine.gpus == 4 and machine.peak_flops > 1e8 and machine.bandwidth > 0
+    assert set(lesson.report["layouts"]) == set(LAYOUTS)
+    memory = pipelines_plan.memory_rows(lesson)
+    assert len(memory) == len(LAYOUTS) and all(abs(r["measured / predicted"] - 1) < 0.1 for r in memory), memory
+    peaks = {r["layout"]: r["predicted peak MiB"] > r["predicted MiB"] for r in memory}  # the unmeasured extras
+    assert peaks["TP 4"] is False and peaks["DDP 4"] and peaks["FSDP 4"] and peaks["FSDP 2 x TP 2"], peaks
+    calls = pipelines_plan.calls_rows(lesson)  # the planner's list of calls is the profiler's
+    assert {r["layout"] for r in calls} == set(CALIBRATION)
+    assert all(r["planned"] == r["profiled"] for r in calls), calls
+    machine = pipelines_plan.cluster(lesson)
+    assert machine.gpus == 4 and machine.calibration is not None and 0 < machine.calibration.alone <= 1
+    assert set(machine.calibration.collectives) == {(k, n) for k in ("all_reduce", "all_gather", "reduce_scatter")
+                                                    for n in (2, 4)} | {("send", 2)}
+    assert set(machine.calibration.exposed) == {("ddp", 4), ("fsdp", 4), ("tp", 4), ("pp", 2), ("tp", 2), ("ddp", 2),
+                                                ("fsdp", 2)}  # one each, from the calibration layouts in order
+    fitted = pipelines_plan.calibration_check(lesson)["rows"]  # each calibration layout fits its own share
+    assert all(r["measured / predicted"] == pytest.approx(1, abs=0.02) for r in fitted), fitted
+    verdict = pipelines_plan.ranking(lesson)
+    assert [r["layout"] for r in verdict["rows"]] == list(VALIDATION) and len(VALIDATION) >= 6
+    assert -1 <= verdict["spearman"] <= 1 and set(verdict["met"]) == {"layouts", "spearman", "factor"}
+    assert all(r["measured ms"] > 0 and r["predicted ms"] > 0 for r in verdict["rows"])
 
 
 @pytest.mark.slow
@@ -145,7 +159,8 @@ def test_run_data_figures_have_titles(lesson):
     traced = {name: pipelines.timeline(lesson, name) for name in ("GPipe", "1F1B", "Interleaved1F1B")}
     for fig in (pictures.timelines(traced), pictures.bubble_plot(pipelines.bubble_rows(lesson)),
                 pictures.in_flight_plot(pipelines.in_flight_rows(lesson)),
-                pictures.prediction_plot(pipelines.validation_rows(lesson))):
+                pictures.ranking_plot(pipelines_plan.calibration_check(lesson)["rows"],
+                                      pipelines_plan.ranking(lesson)["rows"])):
         assert has_title(fig)
 
 
@@ -154,6 +169,39 @@ def test_bad_input_is_one_line():
         pipelines.run_lesson(parts=("nope",))
     with pytest.raises(ValueError, match="stages"):
         pipelines.bubble_formula(0, 4)
+    with pytest.raises(ValueError, match="cuda"):  # the GPU harness runs the planner's parts only
+        pipelines.run_lesson(parts=("calibrate", "schedules"), device="cuda")
+    with pytest.raises(ValueError, match="device='tpu'"):
+        pipelines.run_lesson(device="tpu")
+
+
+def _spans(timeline) -> list[list[list]]:
+    """An ideal timeline (figures.pipelines.ideal_timeline) as a step's per-rank [name, start, end] ranges."""
+    return [[[f"stage {s} {b['kind']}{b['micro_batch']}", b["start_ms"], b["end_ms"]] for b in boxes]
+            for s, boxes in enumerate(timeline)]
+
+
+@pytest.mark.parametrize("schedule, p, m", [("GPipe", 2, 1), ("GPipe", 2, 8), ("1F1B", 2, 4), ("1F1B", 4, 8),
+                                            ("GPipe", 4, 6)])
+def test_the_replay_of_an_ideal_step_has_the_formulas_bubble(schedule, p, m):
+    ideal = _spans(pictures.ideal_timeline(schedule, p, m))
+    assert pipelines.replayed_bubble(ideal) == pytest.approx(pipelines.bubble_formula(p, m))
+    late = [[[n, a + 5.0 * (s == 1), b + 5.0 * (s == 1)] for n, a, b in rank] for s, rank in enumerate(ideal)]
+    assert pipelines.replayed_bubble(late) == pytest.approx(pipelines.bubble_formula(p, m))  # waits removed
+
+
+def test_the_replay_keeps_unequal_compute_and_refuses_what_is_not_a_step():
+    # GPipe, 2 micro-batches, stage 1's forwards 3 units long: the replay keeps that, the formula does not know it;
+    # the measured start times play no part (here every range starts late)
+    ranges = [[("F0", 1), ("F1", 1), ("B0", 2), ("B1", 2)], [("F0", 3), ("F1", 3), ("B0", 2), ("B1", 2)]]
+    step = [[[f"stage {s} {op}", 100.0 + i, 100.0 + i + length] for i, (op, length) in enumerate(rank)]
+            for s, rank in enumerate(ranges)]
+    # rank 1: F0 1-4, F1 4-7, B0 7-9, B1 9-11; rank 0: F0 0-1, F1 1-2, B0 9-11, B1 11-13
+    assert pipelines.replayed_bubble(step) == pytest.approx(1 - (6 + 10) / 2 / 13)
+    assert pipelines.replayed_bubble(step) > pipelines.bubble_formula(2, 2)
+    stuck = [[["stage 0 B0", 0, 1], ["stage 0 F0", 1, 2]], [["stage 1 F0", 0, 1], ["stage 1 B0", 1, 2]]]
+    with pytest.raises(ValueError, match="wait for each other"):
+        pipelines.replayed_bubble(stuck)
 
 
 def test_saved_bytes_counts_live_activations_once_and_frees_them():
@@ -267,3 +315,16 @@ def test_why_the_zero_bubble_schedules_need_2d_batches_holds_for_this_torch():
     flat.detach_()
     with pytest.raises(RuntimeError, match="Can't detach views in-place"):
         tokens.detach_()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 4, reason="the planner's harness on nccl needs 4 GPUs, one a rank")
+def test_the_planners_calibration_and_validation_run_on_four_gpus():
+    """The same two parts on nccl, one GPU a rank: the calibration, the shares, the verdict and the bytes held."""
+    on_gpus = pipelines.run_lesson(timeout=600, parts=("calibrate", "layouts"), steps=3, device="cuda")
+    machine = pipelines_plan.cluster(on_gpus)
+    assert machine.calibration.alone == pytest.approx(1, abs=0.2)  # each rank has its own GPU
+    verdict = pipelines_plan.ranking(on_gpus)
+    assert len(verdict["rows"]) == len(VALIDATION) and all(r["measured ms"] > 0 for r in verdict["rows"])
+    assert all(r["planned"] == r["profiled"] for r in pipelines_plan.calls_rows(on_gpus))
+    assert all(abs(r["measured / predicted"] - 1) < 0.1 for r in pipelines_plan.memory_rows(on_gpus))

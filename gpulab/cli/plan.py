@@ -6,7 +6,8 @@ import argparse
 
 from gpulab.argtypes import count, non_negative_float, positive_float, positive_int
 from gpulab.estimate import OPTIMIZER_STATES, PRECISIONS
-from gpulab.plan_layouts import BLOCKS, DEFAULT_HEADROOM
+from gpulab.plan_blocks import BLOCKS, SP_STYLES
+from gpulab.plan_layouts import DEFAULT_HEADROOM
 
 
 def efficiency(text: str) -> float:
@@ -35,8 +36,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "parameters) and the step time split into compute (model FLOPs at --efficiency x the roofline), "
                     "exposed communication (ring collectives at the link's full bandwidth after its latency, none "
                     "hidden: an estimate, not a bound) and the pipeline bubble. Prints those that fit in memory less "
-                    "--headroom, fastest first. Without a pipeline, micro-batches are gradient accumulation. "
-                    "Activation checkpointing is not modelled.")
+                    "--headroom, fastest first. Without a pipeline, micro-batches are gradient accumulation. Over dp: "
+                    "DDP, ZeRO-1, FSDP and (with --gpus-per-node) HSDP; recomputation selective or full (and none "
+                    "with --heads); interleaved 1F1B; tensor parallelism stays inside a node.")
     model = parser.add_argument_group("model")
     model.add_argument("--params", type=count, required=True, help="number of parameters (e.g. 7e9)")
     model.add_argument("--layers", type=positive_int, required=True, help="number of layers")
@@ -47,6 +49,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     model.add_argument("--optimizer", choices=list(OPTIMIZER_STATES), default="adam", help="default adam")
     model.add_argument("--bidirectional", action="store_true",
                        help="attention sees every token (an encoder); default causal, which computes half the scores")
+    model.add_argument("--vocab", type=positive_int, default=None,
+                       help="vocabulary: an embedding on the first stage and an output layer on the last, vocab x hidden "
+                            "parameters each, counted in --params (default: none)")
+    model.add_argument("--heads", type=positive_int, default=None,
+                       help="attention heads: lets the planner keep the attention scores (no recomputation)")
+    model.add_argument("--active-params", type=count, default=None,
+                       help="a mixture of experts' parameters used per token (its FLOPs); expert parallelism is not "
+                            "modelled")
+    model.add_argument("--sp-style", choices=list(SP_STYLES), default="megatron",
+                       help="sequence parallelism's activations: megatron (default) saves shards and gathers again in "
+                            "backward, torch keeps the gathered inputs")
     cluster = parser.add_argument_group("cluster")
     cluster.add_argument("--gpus", type=positive_int, required=True, help="number of GPUs")
     memory = cluster.add_mutually_exclusive_group(required=True)
@@ -56,7 +69,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "the cautious reading (141 GB = 131.3 GiB); a real card's own total is better")
     cluster.add_argument("--latency-us", type=positive_float, required=True, help="one link's latency in microseconds")
     cluster.add_argument("--bandwidth-gbs", type=positive_float, required=True,
-                         help="one link's bandwidth per direction in GB/s (nccl-tests' bus bandwidth)")
+                         help="one link's bandwidth per direction in GB/s inside a node (nccl-tests' bus bandwidth)")
+    cluster.add_argument("--gpus-per-node", type=positive_int, default=None,
+                         help="GPUs in one node (default: one node holds them all)")
+    cluster.add_argument("--inter-latency-us", type=positive_float, default=None,
+                         help="latency between nodes in microseconds (with --gpus-per-node)")
+    cluster.add_argument("--inter-bandwidth-gbs", type=positive_float, default=None,
+                         help="bandwidth between nodes per GPU per direction in GB/s (with --gpus-per-node)")
     cluster.add_argument("--peak-tflops", type=positive_float, required=True, help="peak TFLOP/s of one GPU")
     cluster.add_argument("--memory-bandwidth-gbs", type=positive_float,
                          help="memory bandwidth of one GPU in GB/s (optional: turns on the roofline)")
@@ -76,12 +95,15 @@ def run(args: argparse.Namespace) -> int:
     from gpulab.plan import GB, GIB, Cluster, Model, format_plan, plan
 
     model = Model(args.params, args.layers, args.hidden, args.seq, args.block, args.precision, args.optimizer,
-                  causal=not args.bidirectional)
+                  causal=not args.bidirectional, vocab=args.vocab or 0, heads=args.heads,
+                  active_parameters=args.active_params)
     membw = None if args.memory_bandwidth_gbs is None else args.memory_bandwidth_gbs * GB
     memory = args.memory_gib * GIB if args.memory_gb is None else args.memory_gb * GB
+    inter_latency = None if args.inter_latency_us is None else args.inter_latency_us * 1e-6
+    inter_bandwidth = None if args.inter_bandwidth_gbs is None else args.inter_bandwidth_gbs * GB
     cluster = Cluster(args.gpus, memory, args.latency_us * 1e-6, args.bandwidth_gbs * GB, args.peak_tflops * 1e12,
-                      membw, args.efficiency, args.headroom)
-    predictions = plan(model, cluster, args.batch)
+                      membw, args.efficiency, args.headroom, args.gpus_per_node, inter_latency, inter_bandwidth)
+    predictions = plan(model, cluster, args.batch, args.sp_style)
     print(format_plan(predictions, args.top))
     if not predictions[0].fits:
         print(f"no layout fits in {memory / GIB:g} GiB per GPU less {args.headroom:.0%} headroom "

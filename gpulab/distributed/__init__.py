@@ -9,7 +9,8 @@ does and costs; ``ddp_profile``: DDP's all-reduces under the profiler; ``cost``:
 DDP's buckets), ``failures`` / ``failures_worker`` (notebook 10's failures on purpose; ``failures_ddp``: its
 DDP cases), ``crossover`` / ``crossover_worker`` (where more DDP ranks stop helping), ``tensor_parallel`` /
 ``tensor_parallel_worker`` (notebook 12; ``tp_parts``, ``tp_traffic``: its parts) and ``pipelines`` /
-``pipelines_worker`` (notebook 13; ``pipelines_probe``, ``pipelines_schedules``, ``pipelines_mesh``: its parts).
+``pipelines_worker`` (notebook 13; ``pipelines_probe``, ``pipelines_schedules``, ``pipelines_mesh``,
+``pipelines_calibrate``, ``pipelines_layouts``, ``pipelines_plan``: its parts).
 
 The launcher's parts: ``torchrun_command`` and ``torchrun`` (building and running the command, with a time
 limit), ``launch_result`` (results and errors), ``processes`` (the process tree, stopping it, reading its

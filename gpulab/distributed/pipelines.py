@@ -5,7 +5,8 @@
     in_flight_rows(lesson)                # micro-batches whose activations each rank held at once
     timeline(lesson, "1F1B")              # each rank's forwards and backwards of one step, from the profiler
     mesh_rows(lesson), mesh_checks(lesson)   # the 2-D mesh's collectives, their sizes, which dimension
-    validation_rows(lesson)               # gpulab.plan's prediction against the measured step and memory
+
+The planner against the layouts the launch timed is ``gpulab.distributed.pipelines_plan``.
 """
 
 from __future__ import annotations
@@ -19,13 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gpulab.distributed.collectives import fit_sweep, sweep_rows
-from gpulab.distributed.cost import ring_from_fit
 from gpulab.distributed.pipelines_probe import SHAPE
 from gpulab.distributed.pipelines_worker import PARTS
 from gpulab.distributed.torchrun import launch
-from gpulab.plan import Cluster, Model, Prediction, predict
-from gpulab.plan_layouts import Layout
 
 RANKS = 4
 SPAN = re.compile(r"^stage (\d+) ([FB])(\d+)$")
@@ -46,17 +43,26 @@ class Lesson:
 
 
 def run_lesson(timeout: float = 240.0, on_line: Callable[[str], None] | None = None,
-               parts: tuple[str, ...] = PARTS, repeats: int = 3, steps: int = 3) -> Lesson:
-    """Launch the rank program on 4 CPU ranks (gloo) once for ``parts``; stopped after ``timeout`` s."""
+               parts: tuple[str, ...] = PARTS, repeats: int = 15, steps: int = 5, device: str = "cpu") -> Lesson:
+    """Launch the rank program on 4 ranks once for ``parts``; stopped after ``timeout`` s.
+
+    ``repeats``: timed steps of each pipeline schedule; ``steps``: rounds in which every layout steps once.
+    ``device="cuda"``: one GPU a rank on nccl, for the ``calibrate`` and ``layouts`` parts only (the planner's
+    calibration and validation on a GPU machine of 4 or more GPUs).
+    """
     bad = [p for p in parts if p not in PARTS]
     if bad or not parts:
         raise ValueError(f"parts={list(parts)!r}: use some of {', '.join(PARTS)}")
+    if device not in ("cpu", "cuda") or (device == "cuda" and set(parts) - {"calibrate", "layouts"}):
+        raise ValueError(f"device={device!r} with parts={list(parts)!r}: use 'cpu', or 'cuda' with calibrate and "
+                         "layouts only")
     with tempfile.TemporaryDirectory(prefix="gpulab-pipelines-") as tmp:
-        args = ["--out", tmp, "--parts", ",".join(parts), "--repeats", str(repeats), "--steps", str(steps)]
+        args = ["--out", tmp, "--parts", ",".join(parts), "--repeats", str(repeats), "--steps", str(steps),
+                "--device", device]
         with warnings.catch_warnings(record=True) as caught:  # "4 ranks on 2 CPU cores": kept as a note
             warnings.simplefilter("always")
             result = launch("gpulab.distributed.pipelines_worker", args, nproc=RANKS, timeout=timeout,
-                            backend="gloo", on_line=on_line)
+                            backend="gloo" if device == "cpu" else "nccl", on_line=on_line)
         report = json.loads((Path(tmp) / "report.json").read_text(encoding="utf-8"))
     return Lesson(report, result.lines, result.seconds, sorted({str(w.message) for w in caught}))
 
@@ -74,11 +80,49 @@ def _runs(lesson: Lesson) -> list[dict]:
     return lesson.report["schedules"]["runs"]
 
 
+def replayed_bubble(per_rank: list[list[list]]) -> float:
+    """The bubble one step would have had with its own measured forwards and backwards and nothing else.
+
+    ``per_rank[r]``: rank r's ``[name, start, end]`` ranges of one step (``stage S F3`` or ``stage S B3``). Each
+    rank keeps its order and each range its measured length; a forward waits for the same micro-batch's forward
+    on the previous stage, a backward for its backward on the next stage; messages take no time and no rank does
+    anything between its ranges. What is left is the schedule's own waiting, with the real compute times.
+    """
+    ops = [[(int(st), kind, int(mb), end - start) for name, start, end in rank
+            for st, kind, mb in [SPAN.match(name).groups()]] for rank in per_rank]
+    last = max(op[0] for rank in ops for op in rank)
+    done: dict[tuple, float] = {}
+    free, at = [0.0] * len(ops), [0] * len(ops)
+    while any(i < len(rank) for i, rank in zip(at, ops)):
+        moved = False
+        for r, rank in enumerate(ops):
+            while at[r] < len(rank):
+                stage, kind, mb, length = rank[at[r]]
+                before = ((stage - 1, "F", mb) if kind == "F" and stage > 0 else
+                          (stage + 1, "B", mb) if kind == "B" and stage < last else None)
+                if before is not None and before not in done:
+                    break
+                done[(stage, kind, mb)] = free[r] = max(free[r], done.get(before, 0.0)) + length
+                at[r] += 1
+                moved = True
+        if not moved:
+            raise ValueError("these ranges wait for each other: not one step of a pipeline schedule")
+    busy = [sum(op[3] for op in rank) for rank in ops]
+    return 1.0 - statistics.fmean(busy) / max(free)
+
+
 def bubble_rows(lesson: Lesson) -> list[dict]:
-    """Per schedule and micro-batch count: the measured bubble (median and smallest of the steps), the formula."""
-    return [{"schedule": r["schedule"], "micro-batches": r["micro_batches"],
-             "measured (median)": statistics.median(r["bubble"]), "measured (smallest)": min(r["bubble"]),
-             "formula": bubble_formula(r["stages"], r["micro_batches"])} for r in _runs(lesson)]
+    """Per schedule and micro-batch count: the measured bubble of the steps (median and the middle half of them:
+    ``q25``, ``q75``), the median of each step's :func:`replayed_bubble`, and the formula."""
+    rows = []
+    for r in _runs(lesson):
+        q25, _, q75 = statistics.quantiles(r["bubble"], n=4, method="inclusive") if len(r["bubble"]) > 1 else [
+            r["bubble"][0]] * 3
+        rows.append({"schedule": r["schedule"], "micro-batches": r["micro_batches"], "steps": len(r["bubble"]),
+                     "measured (median)": statistics.median(r["bubble"]), "q25": q25, "q75": q75,
+                     "replayed (median)": statistics.median(replayed_bubble(step) for step in r["spans"]),
+                     "formula": bubble_formula(r["stages"], r["micro_batches"])})
+    return rows
 
 
 def in_flight_rows(lesson: Lesson) -> list[dict]:
@@ -160,45 +204,3 @@ def mesh_checks(lesson: Lesson) -> dict[str, bool]:
             "every all-reduce carries this dp rank's tokens x hidden":
                 all(shapes[0] == [tokens // dp, h] for shapes in reduces),
             "each mesh dimension's group holds 2 ranks": dp == tp == 2}
-
-
-def lesson_model() -> tuple[Model, int]:
-    """The launch's blocks as ``gpulab.plan`` sees them (fp32, Adam), and the global batch in samples."""
-    h, layers = SHAPE["hidden"], SHAPE["layers"]
-    params = layers * (2 * 4 * h * h + 4 * h + h)
-    return Model(params, layers, h, SHAPE["sequence"], block="mlp", precision="fp32", optimizer="adam"), SHAPE["samples"]
-
-
-def cluster(lesson: Lesson, memory: float = 2**30) -> Cluster:
-    """This machine's ranks as a cluster: rates measured with every rank busy, the all-reduce fit as one link.
-
-    The link's latency and bandwidth are the ring's per-step figures that give the measured all-reduce times
-    (``cost.ring_from_fit``); ``memory`` (bytes per rank) only decides what "fits".
-    """
-    cal = lesson.report["calibrate"]
-    world = lesson.report["world_size"]
-    fit = fit_sweep(sweep_rows(cal["sweep"], world))
-    alpha, beta = ring_from_fit(fit, world)
-    return Cluster(world, memory, max(alpha, 1e-9), 1 / max(beta, 1e-15), cal["matmul_gflops"] * 1e9,
-                   cal["copy_gbs"] * 1e9)
-
-
-def validation_rows(lesson: Lesson) -> list[dict]:
-    """Each measured layout: predicted and measured step (ms) and bytes held (state + live activations, MiB).
-
-    ``predicted peak MiB`` is the planner's peak (``Prediction.peak``, what its fit test uses): the bytes held plus
-    DDP's buckets or FSDP's gathered units. No run measures a peak, so only the bytes held are compared.
-    """
-    model, batch = lesson_model()
-    machine = cluster(lesson)
-    rows = []
-    for measured in lesson.report["layouts"].values():
-        layout = Layout(*measured["layout"])
-        p: Prediction = predict(model, machine, batch, layout)
-        held = measured["state_bytes"] + measured["saved_bytes"]
-        rows.append({"layout": layout.name, "predicted ms": p.step * 1e3, "measured ms": measured["seconds"] * 1e3,
-                     "measured / predicted": measured["seconds"] / p.step, "predicted MiB": p.memory / 2**20,
-                     "measured MiB": held / 2**20, "memory measured / predicted": held / p.memory,
-                     "predicted peak MiB": p.peak / 2**20,
-                     "compute ms": p.compute * 1e3, "comm ms": p.communication * 1e3, "bubble ms": p.bubble * 1e3})
-    return rows

@@ -5,9 +5,9 @@ Run inside a process group by ``gpulab.distributed.pipelines_worker`` (part ``sc
 schedules); ``torch.distributed.pipelining`` sends each micro-batch's activations forward and its gradients
 back. :func:`run_schedules` returns, on the group's first rank, a JSON-ready dict:
 
-- ``runs``: for GPipe and 1F1B at each micro-batch count: the bubble of every timed step (each micro-batch's
-  forward and backward timed by the stage itself), the peak bytes of live activations per rank, and the
-  largest gradient difference to one process running the whole batch;
+- ``runs``: for GPipe and 1F1B at each micro-batch count: the bubble of every timed step and its forwards and
+  backwards (``spans``: per step, per rank, ``[name, start_s, end_s]``, each timed by the stage itself), the peak
+  bytes of live activations per rank, and the largest gradient difference to one process running the whole batch;
 - ``traces``: every rank's forward and backward ranges of one profiled step of each of :data:`TRACED`;
 - ``looped``: the same gradient check for the schedules with several stages per rank;
 - ``control``: GPipe with ``scale_grads=False`` (the micro-batch gradients summed, not averaged): it must differ;
@@ -44,7 +44,7 @@ REFUSED = (("1F1B, 1 micro-batch, 2 stages", "1F1B", 1, 1, None),
            ("Interleaved1F1B, 5 micro-batches, 2 ranks", "Interleaved1F1B", 5, 2, None),
            ("GPipe, 4 micro-batches, a batch of 3 rows", "GPipe", 4, 1, 3))
 UNEVEN_ROWS, UNEVEN_MICRO = 10, 4  # tensor_split: 3, 3, 2, 2 rows
-UNEVEN_TIMEOUT_S = 2.0
+UNEVEN_TIMEOUT_S = 1.0
 BUILD_PATH = re.compile(r"^\[[^\]]*\] ")  # gloo's "[/where/it/was/built/pair.cc:553] " before a message
 MICRO_BATCHES = (1, 2, 4, 8)
 #: The steps profiled for their timelines: (schedule, micro-batches, stages per rank).
@@ -133,10 +133,10 @@ def measure(schedule: str, micro_batches: int, rank: int, ranks: int, group, ref
             error = grad_error(_grads(model), group, reference)
     everyone: list = [None] * ranks
     dist.all_gather_object(everyone, {"steps": steps, "peak": tracker.peak}, group=group)
-    bubbles = [bubble([r["steps"][i][0] for r in everyone], [r["steps"][i][1] for r in everyone])
-               for i in range(repeats)]
+    spans = [[r["steps"][i][0] for r in everyone] for i in range(repeats)]
+    bubbles = [bubble(spans[i], [r["steps"][i][1] for r in everyone]) for i in range(repeats)]
     return {"schedule": schedule, "micro_batches": micro_batches, "stages": ranks, "bubble": bubbles,
-            "peak_saved": [r["peak"] for r in everyone], "grad_error": error}
+            "spans": spans, "peak_saved": [r["peak"] for r in everyone], "grad_error": error}
 
 
 def trace(schedule: str, micro_batches: int, rank: int, ranks: int, group, per_rank: int = 1) -> list[list[list]]:

@@ -1,25 +1,29 @@
-"""Notebook 13's rank program: pipeline schedules, a 2-D mesh and five layouts, in one launch of four ranks.
+"""Notebook 13's rank program: pipeline schedules, a 2-D mesh and thirteen layouts, in one launch of four ranks.
 
     torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.pipelines_worker --out DIR
+    torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.pipelines_worker --out DIR \
+        --device cuda --parts calibrate,layouts      # the planner's calibration and validation on 4 GPUs (nccl)
 
 Parts, in this order (``--parts`` picks some):
 
-- ``calibrate``: what the planner needs to know about this "cluster", measured with every rank busy at once:
-  a float32 matmul's rate and a copy's bandwidth on each rank (``gpulab.bench``), and all-reduce times over
-  all ranks at a few sizes (``collectives_worker.sweep``);
+- ``calibrate``: what the planner needs to know about this "cluster", measured with every rank busy at once
+  (``pipelines_calibrate``): each kind of call over groups of 4 and 2, a block's compute at every shape the
+  layouts use, the same block on one rank while the others wait, a copy's bandwidth;
 - ``schedules``: GPipe, 1F1B and the looped schedules on ranks 0 and 1 (``pipelines_schedules``) while the
   other ranks wait at a barrier;
 - ``mesh``: FSDP2 over ``dp`` and tensor parallelism over ``tp`` on a ``(2, 2)`` mesh (``pipelines_mesh.two_d``);
-- ``layouts``: DDP, FSDP, TP, PP and FSDP x TP timed for a few Adam steps (``pipelines_mesh.layouts``).
+- ``layouts``: the layouts of ``pipelines_layouts.LAYOUTS``, built once and timed in turns for a few Adam steps.
 
-Rank 0 writes ``DIR/report.json``; every collective has the group's time limit (``--pg-timeout``).
+Rank 0 writes ``DIR/report.json``; every collective has the group's time limit (``--pg-timeout``). With
+``--device cuda`` each rank takes the GPU of its local rank and the group runs on nccl; only the ``calibrate`` and
+``layouts`` parts run there (the others teach gloo's CPU ranks).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -32,24 +36,8 @@ from gpulab.distributed.rank_io import exit_worker, run_rank
 from gpulab.timing import Stopwatch
 
 PARTS = ("calibrate", "schedules", "mesh", "layouts")
-SWEEP_BYTES = (4096, 65536, 1048576, 4194304)  # all-reduce sizes of the calibration
 PIPELINE_RANKS = 2
 PG_TIMEOUT_S = 60.0  # every collective and every send of the launch gives up after this long
-
-
-def calibrate(rank: int, world: int) -> dict:
-    """Matmul GFLOP/s and copy GB/s of every rank (all at once), and the all-reduce sweep rows of every rank."""
-    from gpulab import bench
-    from gpulab.distributed.collectives_worker import sweep
-
-    matmul = bench.matmul_probe("cpu", 256, threads=1, min_run_time=0.05)
-    copy = bench.copy_probe("cpu", 16, "device", threads=1, min_run_time=0.05)
-    rows = sweep(["all_reduce"], SWEEP_BYTES, 3, world, torch.device("cpu"))
-    everyone: list = [None] * world
-    dist.all_gather_object(everyone, {"matmul": matmul.rate, "copy": copy.rate, "sweep": rows})
-    return {"matmul_gflops": statistics.median(r["matmul"] for r in everyone),
-            "copy_gbs": statistics.median(r["copy"] for r in everyone),
-            "sweep": [r["sweep"] for r in everyone], "matmul_size": 256, "threads": 1}
 
 
 def run(args: argparse.Namespace, rank: int, world: int) -> None:
@@ -62,8 +50,18 @@ def run(args: argparse.Namespace, rank: int, world: int) -> None:
         print(f"{part} done", flush=True)
         clock.start()
 
+    from gpulab.distributed.pipelines_layouts import Meshes
+
+    device = "cpu" if args.device == "cpu" else f"cuda:{torch.cuda.current_device()}"
+    meshes = Meshes(args.pg_timeout, args.device)  # every mesh's groups give up after the launch's time limit
     if "calibrate" in args.parts:
-        report["calibrate"] = calibrate(rank, world)
+        from gpulab.distributed.pipelines_calibrate import calibrate
+
+        pairs = meshes.get(2, 1, 2)["tp"].get_group()  # ranks [0, 1] and [2, 3]
+        mine = calibrate(rank, world, pairs, device=device)
+        everyone: list = [None] * world
+        dist.all_gather_object(everyone, mine)
+        report["calibrate"] = everyone
         done("calibrate")
     if "schedules" in args.parts:
         from gpulab.distributed.pipelines_schedules import run_schedules
@@ -74,15 +72,16 @@ def run(args: argparse.Namespace, rank: int, world: int) -> None:
             report["schedules"] = run_schedules(rank, PIPELINE_RANKS, pair, repeats=args.repeats)
         dist.barrier()  # the other ranks wait here
         done("schedules")
-    mesh = None
-    if "mesh" in args.parts or "layouts" in args.parts:
-        from gpulab.distributed.pipelines_mesh import layouts, two_d
+    if "mesh" in args.parts:
+        from gpulab.distributed.pipelines_mesh import two_d
 
-        report["mesh"], mesh = two_d(rank, world, args.pg_timeout)
+        report["mesh"] = two_d(rank, world, meshes.get(2, 1, 2))
         done("mesh")
-        if "layouts" in args.parts:
-            report["layouts"] = layouts(rank, world, mesh, steps=args.steps)
-            done("layouts")
+    if "layouts" in args.parts:
+        from gpulab.distributed.pipelines_layouts import time_layouts
+
+        report["layouts"] = time_layouts(rank, world, meshes, steps=args.steps, device=device)
+        done("layouts")
     if rank == 0:
         write_json(Path(args.out) / "report.json", report)
 
@@ -92,12 +91,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="gpulab.distributed.pipelines_worker", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="folder for rank 0's report.json")
     p.add_argument("--parts", type=argtypes.one_or_more_of(PARTS, "parts"), default=list(PARTS))
-    p.add_argument("--repeats", type=argtypes.positive_int, default=5, help="profiled steps per schedule")
-    p.add_argument("--steps", type=argtypes.positive_int, default=3, help="timed steps per layout")
+    p.add_argument("--repeats", type=argtypes.positive_int, default=5, help="timed steps per schedule")
+    p.add_argument("--steps", type=argtypes.positive_int, default=5, help="timed steps per layout")
     p.add_argument("--pg-timeout", type=argtypes.positive_float, default=PG_TIMEOUT_S,
                    help="seconds any collective or send may wait")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu (gloo, every part) or cuda (nccl, one GPU a rank: calibrate and layouts only)")
     args = p.parse_args(argv)
-    return run_rank("gloo", args.pg_timeout, lambda env: run(args, env.rank, env.world))
+    if args.device == "cuda":
+        if set(args.parts) - {"calibrate", "layouts"}:
+            p.error("--device cuda runs only the calibrate and layouts parts: the others teach gloo's CPU ranks")
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    backend = "gloo" if args.device == "cpu" else "nccl"
+    return run_rank(backend, args.pg_timeout, lambda env: run(args, env.rank, env.world))
 
 
 if __name__ == "__main__":

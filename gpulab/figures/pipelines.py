@@ -3,12 +3,14 @@
 Schematics (:data:`STATIC`): the model cut into stages, the ideal GPipe and 1F1B timelines
 (:func:`ideal_timeline`: forward 1 unit, backward 2, no communication), the 2-D mesh. From a run's data
 (``gpulab.distributed.pipelines``): :func:`timelines` (each rank's real forwards and backwards),
-:func:`bubble_plot`, :func:`in_flight_plot`, :func:`prediction_plot`.
+:func:`bubble_plot`, :func:`in_flight_plot`, :func:`ranking_plot`.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
+
+from matplotlib.ticker import FuncFormatter
 
 from gpulab.figures import COLORS, arrow, box, canvas, label, rank_color
 
@@ -121,19 +123,24 @@ def timelines(traces: dict[str, Sequence[Sequence[dict]]]):
 
 
 def bubble_plot(rows: Sequence[dict]):
-    """Measured bubble (median of the steps) per schedule against (p - 1) / (m + p - 1), over micro-batches."""
-    fig, ax = canvas(7, 4, "The bubble: measured on this machine vs the formula", axis=True)
+    """Measured bubble (median of the steps, the middle half as a bar) and the replayed one, per schedule, against
+    (p - 1) / (m + p - 1), over micro-batches."""
+    fig, ax = canvas(7, 4, "The bubble: measured, replayed without messages, and the formula", axis=True)
     for i, name in enumerate(sorted({r["schedule"] for r in rows})):
         mine = [r for r in rows if r["schedule"] == name]
-        ax.plot([r["micro-batches"] for r in mine], [r["measured (median)"] for r in mine], "o-",
-                color=rank_color(i), label=f"{name}, measured")
+        ms = [r["micro-batches"] * (1.06 if i else 0.94) for r in mine]  # side by side
+        med = [r["measured (median)"] for r in mine]
+        ax.errorbar(ms, med, yerr=[[m - r["q25"] for m, r in zip(med, mine)], [r["q75"] - m for m, r in zip(med, mine)]],
+                    fmt="o-", color=rank_color(i), capsize=3, label=f"{name}, measured (middle half of the steps)")
+        ax.plot(ms, [r["replayed (median)"] for r in mine], ":", marker="s", color=rank_color(i), alpha=0.7,
+                label=f"{name}, replayed without messages")
     formula = sorted({(r["micro-batches"], r["formula"]) for r in rows})
     ax.plot([m for m, _ in formula], [f for _, f in formula], "k--", label="(p - 1) / (m + p - 1)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("micro-batches m (p = 2 stages)")
     ax.set_ylabel("share of the step spent waiting")
     ax.set_ylim(0, 1)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     return fig
 
 
@@ -154,20 +161,35 @@ def in_flight_plot(rows: Sequence[dict]):
     return fig
 
 
-def prediction_plot(rows: Sequence[dict]):
-    """Per layout: the predicted step (compute, communication, bubble stacked) above the measured one."""
-    fig, ax = canvas(8, 0.8 + 0.7 * len(rows), "gpulab plan's prediction against the measured step", axis=True)
-    for i, r in enumerate(rows):
-        y = len(rows) - 1 - i
-        left = 0.0
-        for part, color in (("compute ms", COLORS["cpu"]), ("comm ms", COLORS["comm"]), ("bubble ms", COLORS["idle"])):
-            ax.barh(y + 0.18, r[part], 0.34, left=left, color=color, label=part.replace(" ms", "") if i == 0 else None)
-            left += r[part]
-        ax.barh(y - 0.18, r["measured ms"], 0.34, color=COLORS["memory"], label="measured" if i == 0 else None)
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([r["layout"] for r in reversed(rows)], fontsize=8)
-    ax.set_xlabel("milliseconds per training step (predicted bars above, measured below)")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+def ranking_plot(calibration: Sequence[dict], validation: Sequence[dict]):
+    """Measured against predicted step per layout (log-log): the calibration layouts, the validation layouts with
+    their fastest and slowest steps, the line where they agree and the band within 1.5x."""
+    fig, ax = canvas(7, 5, "gpulab plan against the measured steps on this machine", axis=True)
+    values = [v for r in (*calibration, *validation) for v in (r["predicted ms"], r["measured ms"])]
+    low, high = min(values) / 1.7, max(values) * 1.7
+    ax.plot([low, high], [low, high], "k-", lw=1, label="measured = predicted")
+    ax.fill_between([low, high], [low / 1.5, high / 1.5], [low * 1.5, high * 1.5], color=COLORS["idle"], alpha=0.3,
+                    label="within 1.5x")
+    ax.plot([r["predicted ms"] for r in calibration], [r["measured ms"] for r in calibration], "s",
+            color=COLORS["memory"], label="calibration layouts (their shares fitted)")
+    ax.errorbar([r["predicted ms"] for r in validation], [r["measured ms"] for r in validation],
+                yerr=[[r["measured ms"] - r["fastest ms"] for r in validation],
+                      [r["slowest ms"] - r["measured ms"] for r in validation]],
+                fmt="o", color=COLORS["cpu"], capsize=3, label="validation layouts (fastest to slowest step)")
+    for r in validation:
+        ax.annotate(r["layout"], (r["predicted ms"], r["measured ms"]), fontsize=6, xytext=(4, -3),
+                    textcoords="offset points")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plain)
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    ax.set_xlabel("predicted ms per step")
+    ax.set_ylabel("measured ms per step (median)")
+    ax.legend(fontsize=7, loc="upper left")
     return fig
 
 
