@@ -23,9 +23,9 @@ if str(ROOT) not in sys.path:  # run from a checkout
     sys.path.insert(0, str(ROOT))
 
 from gpulab import argtypes  # noqa: E402
-from gpulab.distributed.collectives import (bucket_sweep_rows, fit_sweep, prediction_rows, run_collectives,  # noqa: E402
+from gpulab.distributed.collectives.driver import (bucket_sweep_rows, fit_sweep, prediction_rows, run_collectives,  # noqa: E402
                                             traffic_rows)
-from gpulab.distributed.cost import COLLECTIVES  # noqa: E402
+from gpulab.comm_cost import COLLECTIVES  # noqa: E402
 from gpulab.tables import format_rows  # noqa: E402
 
 

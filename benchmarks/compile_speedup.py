@@ -3,7 +3,7 @@
     python benchmarks/compile_speedup.py [--hidden 16 32] [--batch-size 128] [--device auto] [--threads N] [--cached]
 
 The model is the article's ``Net1(13, 16, 32, 1)`` (``--hidden`` changes the two hidden layers),
-trained with Adam on random data of the Boston shape; ``gpulab.compiling.measure_compile`` times
+trained with Adam on random data of the Boston shape; ``gpulab.profiling.compile_timing.measure_compile`` times
 the first compiled step (compiling included) and the median eager and compiled steps. Only the model
 (its forward and backward) is compiled: the loss and Adam's step run eagerly in both.
 Inductor's on-disk caches are off, so the compile is cold even on a second run; ``--cached`` uses them
@@ -18,7 +18,8 @@ import json
 
 import torch
 
-from gpulab import argtypes, compiling, devices
+from gpulab import argtypes, devices
+from gpulab.profiling import compile_timing as compiling
 from gpulab.models import Net1
 
 

@@ -2,7 +2,7 @@
 
     python benchmarks/ddp_step_time.py [--epochs 60] [--batch-size 128] [--ranks 1 2] [--backend gloo]
 
-Each run is ``gpulab.distributed.ddp.step_time`` (torchrun + gpulab.distributed.ddp_worker); the step time is the
+Each run is ``gpulab.distributed.ddp.driver.step_time`` (torchrun + gpulab.distributed.ddp.worker); the step time is the
 median epoch time (first epochs skipped as warm-up) divided by the steps in an epoch.
 Prints figures; passes or fails nothing.
 """
@@ -13,7 +13,7 @@ import argparse
 import warnings
 
 from gpulab.argtypes import non_negative_int, positive_int
-from gpulab.distributed.ddp import step_time
+from gpulab.distributed.ddp.driver import step_time
 from gpulab.experiment import Recipe
 
 

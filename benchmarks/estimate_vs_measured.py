@@ -4,7 +4,7 @@
 
 ``state``: parameters + gradients + optimizer state, estimated vs the exact bytes after a real step.
 ``step``: that plus the bytes saved for backward (measured) vs the profiler's peak over the step.
-See :func:`gpulab.estimate.compare` for why the peak differs (temporaries, tensors already freed).
+See :func:`gpulab.sharding.estimate.compare` for why the peak differs (temporaries, tensors already freed).
 Prints figures; passes or fails nothing.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gpulab.estimate import compare
+from gpulab.sharding.estimate import compare
 from gpulab.models import mlp
 from gpulab.tables import format_rows
 

@@ -3,10 +3,10 @@
     python benchmarks/plan_vs_measured.py            # 4 CPU ranks (gloo)
     python benchmarks/plan_vs_measured.py --device cuda --steps 10   # 4 GPUs (nccl), one a rank
 
-One torchrun launch (``gpulab.distributed.pipelines.run_lesson``, parts ``calibrate`` and ``layouts``): the
+One torchrun launch (``gpulab.distributed.pipelines.driver.run_lesson``, parts ``calibrate`` and ``layouts``): the
 ``calibrate`` part measures this machine as a cluster with every rank busy (each kind of call over groups of 4 and
 2, a block's compute at every shape, a rank alone), the ``layouts`` part times every layout of
-``pipelines_layouts.LAYOUTS`` in turns. Prints the calls' fits, the exposed share each calibration layout measured,
+``pipelines.layouts.LAYOUTS`` in turns. Prints the calls' fits, the exposed share each calibration layout measured,
 then for the validation layouts the predicted and measured steps, their spread, Spearman's rank correlation and the
 criteria, and the bytes each layout holds. Prints figures; passes or fails nothing.
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from gpulab.distributed import pipelines_plan
-from gpulab.distributed.pipelines import run_lesson
+from gpulab.distributed.pipelines import plan as pipelines_plan
+from gpulab.distributed.pipelines.driver import run_lesson
 from gpulab.tables import format_rows
 
 

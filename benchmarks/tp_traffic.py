@@ -3,7 +3,7 @@
     python benchmarks/tp_traffic.py              # what notebook 12 measures: 2 gloo ranks
     python benchmarks/tp_traffic.py --ranks 4 --steps 5
 
-One torchrun launch (gloo, CPU) of ``gpulab.distributed.tensor_parallel_worker``: a tiny transformer block under
+One torchrun launch (gloo, CPU) of ``gpulab.distributed.tensor_parallel.worker``: a tiny transformer block under
 each tensor-parallel plan beside one process, the collectives of each phase counted by ``CommDebugMode``, then a
 larger block profiled under the ``tp`` and ``sp`` plans. Bytes per step are predicted from the plan's rules and
 times from the alpha + beta fit of an all-reduce sweep made in the same launch.
@@ -21,7 +21,7 @@ if str(ROOT) not in sys.path:  # run from a checkout
     sys.path.insert(0, str(ROOT))
 
 from gpulab import argtypes  # noqa: E402
-from gpulab.distributed.tensor_parallel import (count_rows, equality_rows, run_tensor_parallel,  # noqa: E402
+from gpulab.distributed.tensor_parallel.driver import (count_rows, equality_rows, run_tensor_parallel,  # noqa: E402
                                                 traffic_rows)
 from gpulab.tables import format_rows  # noqa: E402
 

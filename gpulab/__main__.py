@@ -1,5 +1,5 @@
 """`python -m gpulab ...` is the same as the `gpulab` console script."""
 
-from gpulab.cli import main
+from gpulab.course.cli import main
 
 raise SystemExit(main())

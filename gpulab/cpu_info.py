@@ -1,7 +1,7 @@
 """The processor itself: its name, instruction-set flags and clock, as the operating system tells them.
 
 Linux reads ``/proc/cpuinfo``; macOS asks ``sysctl``; Windows and others fall back to ``platform``.
-Used by the device list (the CPU's description) and by :mod:`gpulab.cpupeak` (flags and clock).
+Used by the device list (the CPU's description) and by :mod:`gpulab.profiling.cpu_peak` (flags and clock).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ on identical rows. Models:
 - scikit-learn's ``LinearRegression``, ``RandomForestRegressor`` and ``GradientBoostingRegressor``
   (seeded), on the same standardised numbers, always on the CPU.
 
-Each ``Score`` keeps its per-split RMSEs and seeds, so ``gpulab.paired`` can compare two models
+Each ``Score`` keeps its per-split RMSEs and seeds, so ``gpulab.paired_comparison`` can compare two models
 split by split instead of mean against mean.
 """
 
@@ -90,7 +90,11 @@ def fit_improved(
     validation RMSE is measured, the best weights kept, and training stops after
     ``config.patience`` epochs without improvement. The test part is never looked at.
     """
-    device = pick_device(device)
+    return _fit_improved(data, config, seed, pick_device(device), progress)
+
+
+def _fit_improved(data: Split, config: ImprovedConfig, seed: int, device: torch.device, progress: bool) -> ImprovedMLP:
+    """:func:`fit_improved` on a device already picked (a repeated evaluation picks it once)."""
     X_fit, y_fit, X_val, y_val = carve_validation(
         data.X_train.to(device), data.y_train.to(device), config.val_fraction, seed
     )
@@ -127,7 +131,7 @@ class Score:
     """One model over the repeats: mean ± std test RMSE, mean R², mean training seconds, device.
 
     ``rmse`` holds one test RMSE per split seed in ``seeds``; ``test_train_ratio`` is test rows /
-    training rows (for ``gpulab.paired.compare``, which pairs scores split by split).
+    training rows (for ``gpulab.paired_comparison.compare``, which pairs scores split by split).
     """
 
     model: str
@@ -172,10 +176,10 @@ def fit_and_predict(
         if name == "article MLP":
             recipe = Recipe(seed=seed, split_seed=seed, epochs=article_epochs)
             model = article_model(recipe, in_dim=data.X_train.shape[1], device=device)
-            Setup(recipe, data, model, optimizer_for(model, recipe)).fit(device=device, progress=False)
+            Setup(recipe, data, model, optimizer_for(model, recipe)).fit(progress=False)  # where the model is
             pred = predict(model, data.X_test.to(device))
         elif name == "improved MLP":
-            pred = fit_improved(data, improved, seed=seed, device=device).predict(data.X_test.to(device))
+            pred = _fit_improved(data, improved, seed, device, progress=False).predict(data.X_test.to(device))
         else:
             estimator = _sklearn(name, seed)
             estimator.fit(data.X_train.cpu().numpy(), data.y_train.cpu().numpy().ravel())

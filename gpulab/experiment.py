@@ -84,7 +84,7 @@ class Setup:
 
         r = self.recipe
         settings = {"epochs": r.epochs, "optimizer": self.optimizer, "batch_size": r.batch_size, "seed": r.seed,
-                    "device": self.data.X_train.device, **options}
+                    **options}  # it trains where the model is
         return fit(self.model if model is None else model, (self.data.X_train, self.data.y_train), **settings)
 
 

@@ -7,7 +7,7 @@ Each micro-batch's mean loss is weighted by its share of the batch, so the gradi
 batch's. Under DDP every micro-batch but the last runs inside ``model.no_sync()`` (gradients stay local
 and the last backward all-reduces their sum once); an FSDP2 module gets the same through
 ``set_requires_gradient_sync``. ``phases`` (optional) wraps the forward pass (with the loss), the backward
-pass and the optimizer step each in a context of its own: :mod:`gpulab.profiling` labels them there.
+pass and the optimizer step each in a context of its own: :mod:`gpulab.profiling.steps` labels them there.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ call :func:`gpulab.devices.synchronize` before every clock read, on CUDA, MPS an
 
 The conditions of a measurement: :func:`using_threads` and :func:`float32_matmul_precision`, each
 restoring the old setting afterwards. Deadlines and time limits of processes are not measurements:
-they use ``time.monotonic`` where they live (:mod:`gpulab.distributed.torchrun`).
+they use ``time.monotonic`` where they live (:mod:`gpulab.distributed.launch.torchrun`).
 """
 
 from __future__ import annotations

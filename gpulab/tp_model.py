@@ -8,7 +8,7 @@
     saved_bytes_per_token(16, 4, 64, tp=2, sequence_parallel="torch")   # 592.0: what backward keeps, per token
 
 Nothing here needs a process group: the plans are only built here and applied by the rank program
-(``gpulab.distributed.tensor_parallel_worker``).
+(``gpulab.distributed.tensor_parallel.worker``).
 """
 
 from __future__ import annotations

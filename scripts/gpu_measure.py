@@ -246,7 +246,7 @@ def data_parallel_step(rec: Recorder) -> dict:
 
 
 def ddp_step(rec: Recorder) -> dict:
-    from gpulab.distributed.ddp import step_time
+    from gpulab.distributed.ddp.driver import step_time
     from gpulab.experiment import Recipe
 
     recipe, rows = Recipe(epochs=rec.cfg["epochs"] + 5), []
@@ -262,14 +262,14 @@ def ddp_step(rec: Recorder) -> dict:
     finally:
         if before is None:
             del os.environ["OMP_NUM_THREADS"]
-    return {"rows": rows, "note": "one rank through torchrun (gpulab.distributed.ddp.train_ddp); gloo trains on the CPU"}
+    return {"rows": rows, "note": "one rank through torchrun (gpulab.distributed.ddp.driver.train_ddp); gloo trains on the CPU"}
 
 
 def nccl_all_reduce_step(rec: Recorder) -> dict:
     """One NCCL rank through torchrun (notebook 09's rank program): all_reduce and broadcast per call."""
     if rec.device.type != "cuda":
         raise Skip("nccl needs a CUDA device")
-    from gpulab.distributed.collectives import run_collectives
+    from gpulab.distributed.collectives.driver import run_collectives
 
     sizes = [2**k for k in range(10, 27, 4)] if not rec.data["dry_run"] else [1024]
     result = run_collectives(1, parts=("sweep",), collectives=("all_reduce", "broadcast"), sizes=sizes,

@@ -242,9 +242,9 @@ def course_wheel(folder: Path) -> Path:
 
 
 def write_answers(src: Path, path: Path, out: Path | None = None) -> None:
-    """The teacher's answer key (``gpulab.exercises.answer_key``) of the notebooks in ``src``, kept out of ``out``."""
+    """The teacher's answer key (``gpulab.course.answer_key``) of the notebooks in ``src``, kept out of ``out``."""
     from gpulab.atomic import atomic_write
-    from gpulab.exercises.answer_key import document
+    from gpulab.course.answer_key import document
 
     path = Path(path).resolve()
     if out is not None and path.is_relative_to(Path(out).resolve()):

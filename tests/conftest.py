@@ -43,7 +43,8 @@ _LAUNCHES = [0]
 
 def pytest_configure(config: pytest.Config) -> None:
     """Count every torchrun launch and every rendezvous check, so a test that starts ranks must say so."""
-    from gpulab.distributed import rendezvous_check, torchrun
+    from gpulab.distributed.launch import rendezvous_check
+    from gpulab.distributed.launch import torchrun
 
     start, rank_command = torchrun.Torchrun.start, rendezvous_check._rank_command
 

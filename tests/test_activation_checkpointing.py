@@ -1,4 +1,4 @@
-"""gpulab.activation_checkpointing and memory.profiled_timeline: checkpointing keeps fewer activations, computes the same gradients."""
+"""gpulab.sharding.checkpointing and memory.profiled_timeline: checkpointing keeps fewer activations, computes the same gradients."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from gpulab import activation_checkpointing, memory
+from gpulab import memory
+from gpulab.sharding import checkpointing as activation_checkpointing
 
 
 @pytest.fixture()
@@ -67,7 +68,7 @@ def test_bad_shapes(kwargs, name):
 
 def test_bad_compare_inputs(blocks):
     model, x, y = blocks
-    with pytest.raises(ValueError, match="must be a gpulab.activation_checkpointing.BlockMLP, got Sequential"):
+    with pytest.raises(ValueError, match="must be a gpulab.sharding.checkpointing.BlockMLP, got Sequential"):
         activation_checkpointing.compare(nn.Sequential(nn.Linear(16, 1)), x, y)
     with pytest.raises(ValueError, match=r"^min_run_time=0 must be a finite positive number$"):
         activation_checkpointing.step_seconds(model, x, y, min_run_time=0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab.distributed import checkpoint
+from gpulab.distributed.ddp import checkpoint
 from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
 from gpulab.train import fit, max_abs_difference
 

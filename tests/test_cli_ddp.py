@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from gpulab.cli import main
+from gpulab.course.cli import main
 
 
 @pytest.mark.parametrize(
@@ -44,7 +44,7 @@ def exit_code(argv: list[str]) -> int:
 
 
 def test_nccl_without_enough_gpus_is_an_error(capsys, monkeypatch):
-    from gpulab.distributed import torchrun_command
+    from gpulab.distributed.launch import command as torchrun_command
 
     monkeypatch.setattr(torchrun_command, "gpu_count", lambda: 0)
     assert exit_code(["ddp", "--nproc", "2", "--backend", "nccl"]) == 2
@@ -58,7 +58,8 @@ def test_nccl_without_enough_gpus_is_an_error(capsys, monkeypatch):
     (2, 2, "nccl", False),  # one GPU per rank: nccl
 ])
 def test_auto_backend_fallback_is_said_clearly(gpus, nproc, backend, says, capsys, monkeypatch):
-    from gpulab.distributed import torchrun, torchrun_command
+    from gpulab.distributed.launch import torchrun
+    from gpulab.distributed.launch import command as torchrun_command
 
     launched = []
     monkeypatch.setattr(torchrun_command, "gpu_count", lambda: gpus)
@@ -74,7 +75,8 @@ def test_auto_backend_fallback_is_said_clearly(gpus, nproc, backend, says, capsy
 
 
 def test_train_ddp_says_so_too(monkeypatch):
-    from gpulab.distributed import ddp, torchrun_command
+    from gpulab.distributed.ddp import driver as ddp
+    from gpulab.distributed.launch import command as torchrun_command
 
     monkeypatch.setattr(torchrun_command, "gpu_count", lambda: 1)
     seen = []
@@ -85,7 +87,9 @@ def test_train_ddp_says_so_too(monkeypatch):
     def no_launch(*args, **kwargs):
         raise Stop
 
-    monkeypatch.setattr(ddp, "Torchrun", no_launch)
+    from gpulab.distributed.launch import torchrun
+
+    monkeypatch.setattr(torchrun, "launch", no_launch)
     with pytest.raises(Stop):
         ddp.train_ddp(2, on_line=seen.append)
     assert seen and seen[0].startswith("note: 2 ranks but 1 CUDA GPU(s)")

@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 
-from gpulab import bench_results, cli, devices
+from gpulab import bench_results, devices
+from gpulab.course import cli
 
 NO_CUDA = not torch.cuda.is_available()
 
@@ -45,7 +46,7 @@ def test_doctor_json_report(capsys):
     assert data["distributed"]["gloo"] == torch.distributed.is_gloo_available()
     assert data["threads"] == torch.get_num_threads()
     assert isinstance(data["nvidia_smi"]["found"], bool)
-    from gpulab.distributed.rendezvous import current_plan
+    from gpulab.distributed.launch.rendezvous import current_plan
 
     plan = current_plan()
     assert data["torchrun"]["flags"] == plan.flags and data["torchrun"]["env"] == plan.env
@@ -53,7 +54,8 @@ def test_doctor_json_report(capsys):
 
 
 def test_doctor_says_a_missing_nvidia_smi_is_normal(monkeypatch):
-    from gpulab import doctor, nvidia_smi
+    from gpulab import nvidia_smi
+    from gpulab.course import environment as doctor
 
     monkeypatch.setattr(nvidia_smi.shutil, "which", lambda name: None)
     smi = nvidia_smi.listed_gpus()

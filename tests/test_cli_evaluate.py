@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gpulab.cli import main
+from gpulab.course.cli import main
 
 FAST = ["--repeats", "1", "--improved-epochs", "3", "--members", "2", "--device", "cpu", "--quiet"]
 

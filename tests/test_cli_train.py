@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from gpulab.cli import main
+from gpulab.course.cli import main
 from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
 from gpulab.train import evaluate, fit
 

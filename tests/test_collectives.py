@@ -12,8 +12,9 @@ import random
 import pytest
 import torch
 
-from gpulab.distributed import cost, ddp_profile
-from gpulab.distributed.collectives import (after_last_arrival, bucket_sweep_rows, check_sizes, expected_semantics,
+from gpulab import comm_cost as cost
+from gpulab.distributed.collectives import ddp_profile
+from gpulab.distributed.collectives.driver import (after_last_arrival, bucket_sweep_rows, check_sizes, expected_semantics,
                                             fit_sweep, run_collectives, semantics_table, traffic_rows)
 from gpulab.exercises.collectives import PROBE_RANKS, RankScenario, check_rank_limit, check_step_seconds
 from gpulab.exercises.quiz import check
@@ -53,7 +54,7 @@ def test_sweep_rows_carry_algbw_and_busbw(launch):
 
 
 def test_sweep_sizes_take_turns_so_a_burst_of_load_slows_every_size_alike(monkeypatch):
-    from gpulab.distributed import collectives_worker
+    from gpulab.distributed.collectives import worker as collectives_worker
 
     order = []
     monkeypatch.setattr(collectives_worker.dist, "barrier", lambda: None)

@@ -1,4 +1,4 @@
-"""gpulab.compiled: the kernels in inductor's code, the graphs TorchDynamo compiles, its graph breaks."""
+"""gpulab.profiling.compiled_code: the kernels in inductor's code, the graphs TorchDynamo compiles, its graph breaks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpulab import compiled
+from gpulab.profiling import compiled_code as compiled
 
 # The shape of inductor's output code on a CPU (torch 2.13): kernels defined at the top, used in `call`.
 CPU_CODE = '''# AOT ID: ['0_backward']

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from gpulab.distributed import crossover, crossover_worker
+from gpulab.distributed.crossover import driver as crossover
+from gpulab.distributed.crossover import worker as crossover_worker
 
 
 def test_synthetic_data_is_seeded_and_shaped():
@@ -64,7 +65,7 @@ def test_measure_rejects_bad_arguments_before_launching(kwargs, match):
 
 @pytest.mark.slow
 def test_one_launch_measures_every_rank_count(monkeypatch):
-    from gpulab.distributed import torchrun
+    from gpulab.distributed.launch import torchrun
 
     launches = []
     real_launch = torchrun.launch

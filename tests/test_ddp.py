@@ -10,10 +10,10 @@ import threading
 import pytest
 import torch
 
-from gpulab.distributed.ddp_worker import choose_backend, distributed_metrics, parse_args
+from gpulab.distributed.ddp.worker import choose_backend, distributed_metrics, parse_args
 from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
-from gpulab.distributed.ddp import train_ddp
-from gpulab.distributed.rendezvous import free_port
+from gpulab.distributed.ddp.driver import train_ddp
+from gpulab.distributed.launch.rendezvous import free_port
 from gpulab.train import fit, max_abs_difference, regression_metrics
 
 EPOCHS = 20
@@ -54,16 +54,16 @@ def test_distributed_metrics_match_plain_metrics_in_one_process():
 
 
 def test_worker_imports_no_command_line_or_launcher():
-    code = "import json, sys, gpulab.distributed.ddp_worker; print(json.dumps([m for m in sys.modules if m.startswith('gpulab.')]))"
+    code = "import json, sys, gpulab.distributed.ddp.worker; print(json.dumps([m for m in sys.modules if m.startswith('gpulab.')]))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     loaded = json.loads(out.stdout)
     assert "gpulab.experiment" in loaded
-    launcher = [m for m in loaded if m == "gpulab.distributed.ddp" or m.startswith(("gpulab.cli", "gpulab.distributed.torchrun"))]
+    launcher = [m for m in loaded if m == "gpulab.distributed.ddp.driver" or m.startswith(("gpulab.course.cli", "gpulab.distributed.launch.torchrun"))]
     assert not launcher, loaded
 
 
 def test_worker_refuses_to_run_outside_torchrun(monkeypatch, capsys):
-    from gpulab.distributed import ddp_worker
+    from gpulab.distributed.ddp import worker as ddp_worker
 
     monkeypatch.delenv("RANK", raising=False)
     assert ddp_worker.main(["--epochs", "1"]) == 2
@@ -136,9 +136,9 @@ def test_two_nodes_on_one_machine_equal_one_node(reference):
 @pytest.mark.parametrize(
     "command",
     [
-        "torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.ddp_worker",
-        "torchrun --nproc_per_node=4 --standalone -m gpulab.distributed.ddp_worker --epochs 5",
-        "python -m torch.distributed.run --standalone --nproc-per-node=4 -m gpulab.distributed.ddp_worker",
+        "torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.ddp.worker",
+        "torchrun --nproc_per_node=4 --standalone -m gpulab.distributed.ddp.worker --epochs 5",
+        "python -m torch.distributed.run --standalone --nproc-per-node=4 -m gpulab.distributed.ddp.worker",
     ],
 )
 def test_exercise_accepts_right_commands(command):
@@ -153,11 +153,11 @@ def test_exercise_accepts_right_commands(command):
     [
         ("python -m torch.distributed.launch --nproc_per_node=4 main.py", "deprecated"),
         ("python main.py", "start with torchrun"),
-        ("torchrun --standalone -m gpulab.distributed.ddp_worker", "--nproc-per-node"),
-        ("torchrun --standalone --nproc-per-node 2 -m gpulab.distributed.ddp_worker", "asks for 4"),
-        ("torchrun --nproc-per-node 4 -m gpulab.distributed.ddp_worker", "--standalone"),
-        ("torchrun --standalone --nproc-per-node 4 gpulab/ddp_worker", "-m gpulab.distributed.ddp_worker"),
-        ("torchrun --nproc-per-node 4 -m gpulab.distributed.ddp_worker --standalone", "--standalone"),
+        ("torchrun --standalone -m gpulab.distributed.ddp.worker", "--nproc-per-node"),
+        ("torchrun --standalone --nproc-per-node 2 -m gpulab.distributed.ddp.worker", "asks for 4"),
+        ("torchrun --nproc-per-node 4 -m gpulab.distributed.ddp.worker", "--standalone"),
+        ("torchrun --standalone --nproc-per-node 4 gpulab/ddp_worker", "-m gpulab.distributed.ddp.worker"),
+        ("torchrun --nproc-per-node 4 -m gpulab.distributed.ddp.worker --standalone", "--standalone"),
         ("", "one string"),
         (None, "one string"),
         ("torchrun 'unclosed", "does not parse"),

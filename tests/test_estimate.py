@@ -1,4 +1,4 @@
-"""gpulab.estimate and `gpulab estimate`: arithmetic checked against real tensors, steps and the profiler."""
+"""gpulab.sharding.estimate and `gpulab estimate`: arithmetic checked against real tensors, steps and the profiler."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from gpulab import estimate as est
+from gpulab.sharding import estimate as est
 from gpulab import memory
-from gpulab.cli import main
+from gpulab.course.cli import main
 from gpulab.models import Net1, mlp
 
 STATE = ("parameters", "gradients", "optimizer state")

@@ -105,7 +105,7 @@ def test_repeated_evaluation_uses_the_same_splits_for_every_model():
         pred = torch.from_numpy(fitted.predict(part.X_test.numpy()))
         assert rmse == pytest.approx(((pred - part.y_test.reshape(-1).double()) ** 2).mean().sqrt().item(), rel=1e-6)
     assert linear.rmse_mean == pytest.approx(sum(linear.rmse) / 2)
-    assert linear.seeds == scores[1].seeds == (0, 1)  # what gpulab.paired.compare checks before pairing
+    assert linear.seeds == scores[1].seeds == (0, 1)  # what gpulab.paired_comparison.compare checks before pairing
     part = split(load_boston(), seed=0)
     assert linear.test_train_ratio == pytest.approx(len(part.X_test) / len(part.X_train))
     assert linear.rmse_std > 0 and 0 < linear.r2_mean < 1

@@ -8,10 +8,10 @@ TASK = {"nproc": 4, "worker_args": ["--epochs", "30"], "visible_gpus": "4,5,6,7"
 
 
 @pytest.mark.parametrize("command", [
-    "CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.ddp_worker --epochs 30",
-    "env CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --nproc_per_node=4 --standalone -m gpulab.distributed.ddp_worker --epochs=30",
+    "CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.ddp.worker --epochs 30",
+    "env CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --nproc_per_node=4 --standalone -m gpulab.distributed.ddp.worker --epochs=30",
     "CUDA_VISIBLE_DEVICES=4,5,6,7 python -m torch.distributed.run --standalone --nproc-per-node 4 "
-    "-m gpulab.distributed.ddp_worker --backend nccl --epochs 30",
+    "-m gpulab.distributed.ddp.worker --backend nccl --epochs 30",
 ])
 def test_right_commands(command):
     feedback = check_torchrun_command(command, **TASK)
@@ -20,12 +20,12 @@ def test_right_commands(command):
 
 
 @pytest.mark.parametrize("command, hint", [
-    ("torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.ddp_worker --epochs 30", "start the line with CUDA_VISIBLE_DEVICES=4,5,6,7"),
-    ("CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.ddp_worker --epochs 30", "asks for '4,5,6,7'"),
-    ("CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --standalone --nproc-per-node 8 -m gpulab.distributed.ddp_worker --epochs 30", "one rank per visible GPU"),
-    ("CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --standalone --nproc-per-node 4 --epochs 30 -m gpulab.distributed.ddp_worker", "the worker's option"),
-    ("CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.ddp_worker", "pass --epochs 30"),
-    ("CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.ddp_worker --epochs 20", "asks for 30"),
+    ("torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.ddp.worker --epochs 30", "start the line with CUDA_VISIBLE_DEVICES=4,5,6,7"),
+    ("CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.ddp.worker --epochs 30", "asks for '4,5,6,7'"),
+    ("CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --standalone --nproc-per-node 8 -m gpulab.distributed.ddp.worker --epochs 30", "one rank per visible GPU"),
+    ("CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --standalone --nproc-per-node 4 --epochs 30 -m gpulab.distributed.ddp.worker", "the worker's option"),
+    ("CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.ddp.worker", "pass --epochs 30"),
+    ("CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.ddp.worker --epochs 20", "asks for 30"),
     ("CUDA_VISIBLE_DEVICES=4,5,6,7 python -m torch.distributed.launch --nproc_per_node=4 main.py", "deprecated"),
     ("CUDA_VISIBLE_DEVICES=4,5,6,7", "after the environment variables"),
 ])
@@ -36,7 +36,7 @@ def test_wrong_commands_are_named(command, hint):
 
 
 def test_default_task_is_unchanged_and_ignores_extra_worker_options():
-    assert check_torchrun_command("torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.ddp_worker --epochs 5").ok
+    assert check_torchrun_command("torchrun --standalone --nproc-per-node 4 -m gpulab.distributed.ddp.worker --epochs 5").ok
 
 
 def test_worker_args_must_be_pairs():

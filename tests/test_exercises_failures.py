@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from gpulab.distributed import failures
+from gpulab.distributed.failures import driver as failures
 from gpulab.exercises.failures import (CLUES, DIAGNOSIS, FIRST_LOOK, LOGS, RANK_CLUES, TIMEOUT_HINT, WORLD,
                                        check_diagnosis)
 

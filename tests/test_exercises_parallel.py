@@ -5,7 +5,7 @@ import torch
 
 from gpulab.exercises.data_parallel import UNSEEN_CASES, check_replica_sizes, check_rows_per_gpu
 from gpulab.exercises.single_device import check_move_batch
-from gpulab.parallel import replica_batch_sizes
+from gpulab.data_parallel import replica_batch_sizes
 
 
 def _right(batch, device):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab.estimate import estimate
+from gpulab.sharding.estimate import estimate
 from gpulab.exercises.quiz import check
 from gpulab.exercises.sharding import (MIXED_CASE, ORDER, UNSEEN_CASES, check_least_sharding, least_sharding,
                                        needed_gib)

@@ -14,11 +14,12 @@ import time
 import psutil
 import pytest
 
-from gpulab import doctor
-from gpulab.distributed import failures, failures_worker
-from gpulab.distributed.launch_result import LaunchError, LaunchResult
-from gpulab.distributed.processes import leftover_processes, stop_processes
-from gpulab.distributed.rendezvous import port_free
+from gpulab.course import environment as doctor
+from gpulab.distributed.failures import driver as failures
+from gpulab.distributed.failures import worker as failures_worker
+from gpulab.distributed.launch.result import LaunchError, LaunchResult
+from gpulab.distributed.launch.processes import leftover_processes, stop_processes
+from gpulab.distributed.launch.rendezvous import port_free
 from gpulab.exercises.quiz import check
 
 TIMEOUT = 90.0  # generous for a loaded 2-core machine; a launch here takes a few seconds

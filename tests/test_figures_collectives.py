@@ -9,8 +9,8 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from gpulab.compiled import GraphKernels  # noqa: E402
-from gpulab.distributed.collectives import expected_semantics  # noqa: E402
+from gpulab.profiling.compiled_code import GraphKernels  # noqa: E402
+from gpulab.distributed.collectives.driver import expected_semantics  # noqa: E402
 from gpulab.figures import has_title  # noqa: E402
 from gpulab.figures.collectives import (collective_buffers, origins, ring_figure, ring_grid,  # noqa: E402
                                         ring_steps)

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 
 from gpulab.figures.data_parallel import dataparallel_step  # noqa: E402
 from gpulab.models import Net1  # noqa: E402
-from gpulab.parallel import DataParallelStep, data_parallel_step, full_batch_gradients  # noqa: E402
+from gpulab.data_parallel import DataParallelStep, data_parallel_step, full_batch_gradients  # noqa: E402
 
 
 def _step(rows: int, replicas: int):

@@ -12,7 +12,7 @@ from gpulab.evaluation import Score  # noqa: E402
 from gpulab.figures import has_title  # noqa: E402
 from gpulab.figures.boston import label_broadcasting, paired_splits  # noqa: E402
 from gpulab.figures.ddp import STATIC, batch_shards, crash_timeline  # noqa: E402
-from gpulab.paired import compare  # noqa: E402
+from gpulab.paired_comparison import compare  # noqa: E402
 from gpulab.train import shard_batches  # noqa: E402
 
 

@@ -9,7 +9,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from gpulab import published, roofline  # noqa: E402
+from gpulab import measured_elsewhere as published  # noqa: E402
+from gpulab.profiling import roofline
 from gpulab.bench_results import BenchResult  # noqa: E402
 from gpulab.figures import hardware  # noqa: E402
 

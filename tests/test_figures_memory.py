@@ -7,7 +7,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from gpulab.distributed.fsdp import schedule  # noqa: E402
+from gpulab.distributed.fsdp.driver import schedule  # noqa: E402
 from gpulab.figures import has_title  # noqa: E402
 from gpulab.figures.memory import number_ranges, step_memory, step_moments, zero_stages  # noqa: E402
 from gpulab.figures.sharding import fsdp_grid, fsdp_slider, fsdp_states, fsdp_step  # noqa: E402

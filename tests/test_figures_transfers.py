@@ -7,7 +7,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from gpulab import published  # noqa: E402
+from gpulab import measured_elsewhere as published  # noqa: E402
 from gpulab.bench_results import BenchResult  # noqa: E402
 from gpulab.figures import has_title  # noqa: E402
 from gpulab.figures.transfers import GIB_IN_GB, STATIC, copy_rates  # noqa: E402

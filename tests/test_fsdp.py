@@ -1,5 +1,5 @@
 """FSDP2 (fully_shard over a CPU mesh, gloo) through torchrun: equals single-process training, shards follow
-torch.chunk, stored shards are padded as gpulab.estimate says, and one step's peak matches its FSDP2 model."""
+torch.chunk, stored shards are padded as gpulab.sharding.estimate says, and one step's peak matches its FSDP2 model."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-from gpulab.distributed.fsdp import schedule, train_fsdp
-from gpulab.distributed.fsdp_probe import PROBE_LAYERS, PROBE_SETTINGS, probe_model
-from gpulab.estimate import estimate
+from gpulab.distributed.fsdp.driver import schedule, train_fsdp
+from gpulab.distributed.fsdp.probe import PROBE_LAYERS, PROBE_SETTINGS, probe_model
+from gpulab.sharding.estimate import estimate
 from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
-from gpulab.fsdp_memory import padded_numel
+from gpulab.sharding.fsdp_memory import padded_numel
 from gpulab.train import fit, max_abs_difference
 
 RECIPE = Recipe(epochs=5)

@@ -13,7 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from gpulab import bench, devices, memory, parallel, pinning, precision
+from gpulab import bench, devices, memory, pinning, precision
+from gpulab import data_parallel as parallel
 from gpulab.models import Net1
 from gpulab.train import fit
 
@@ -211,7 +212,7 @@ def test_mechanics_on_cpu_match_real_data_parallel():
 
 
 def test_launcher_picks_nccl_when_every_rank_has_a_gpu():
-    from gpulab.distributed.torchrun_command import check_nproc
+    from gpulab.distributed.launch.command import check_nproc
 
     assert check_nproc(gpu_count(), "auto") == "nccl"
     with pytest.raises(ValueError, match="nccl"):
@@ -220,7 +221,7 @@ def test_launcher_picks_nccl_when_every_rank_has_a_gpu():
 
 def test_ddp_nccl_on_every_gpu_matches_one_gpu():
     from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for
-    from gpulab.distributed.ddp import train_ddp
+    from gpulab.distributed.ddp.driver import train_ddp
 
     n = gpu_count()
     recipe = Recipe(epochs=5)

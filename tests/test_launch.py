@@ -10,19 +10,19 @@ import time
 
 import pytest
 
-from gpulab.distributed import torchrun
-from gpulab.distributed import torchrun_command as command_module
-from gpulab.distributed.launch_result import LaunchError, LaunchTimeout, failure, line_rank, rank_failures
-from gpulab.distributed.processes import alive
-from gpulab.distributed.rank_io import FAILED
-from gpulab.distributed.torchrun import Torchrun
-from gpulab.distributed.torchrun_command import check_nproc, torchrun_command
+from gpulab.distributed.launch import torchrun
+from gpulab.distributed.launch import command as command_module
+from gpulab.distributed.launch.result import LaunchError, LaunchTimeout, failure, line_rank, rank_failures
+from gpulab.distributed.launch.processes import alive
+from gpulab.distributed.launch.rank_io import FAILED
+from gpulab.distributed.launch.torchrun import Torchrun
+from gpulab.distributed.launch.command import check_nproc, torchrun_command
 
 # A worker script: prefixed whole lines; behaviour chosen by its first argument.
 SCRIPT = textwrap.dedent(
     """
     import os, sys, time
-    from gpulab.distributed.rank_io import prefix_output
+    from gpulab.distributed.launch.rank_io import prefix_output
     rank = int(os.environ["RANK"])
     prefix_output(rank)
     mode = sys.argv[1]
@@ -42,7 +42,7 @@ SCRIPT = textwrap.dedent(
             print(f"{name}={os.environ.get(name)}")
     elif mode == "race":  # rank 1 raises; rank 0 then loses its peer inside an all-reduce
         import torch, torch.distributed as dist
-        from gpulab.distributed.rank_io import run_in_group
+        from gpulab.distributed.launch.rank_io import run_in_group
         def body():
             if rank == 1:
                 raise RuntimeError("rank one broke on purpose")
@@ -117,9 +117,9 @@ def test_more_ranks_than_cores_warns(monkeypatch):
 
 
 def test_torchrun_command_shapes():
-    one = torchrun_command("gpulab.distributed.ddp_worker", ["--epochs", 3], nproc=2)
+    one = torchrun_command("gpulab.distributed.ddp.worker", ["--epochs", 3], nproc=2)
     assert one[:3] == [sys.executable, "-m", "torch.distributed.run"]
-    assert "--standalone" in one and one[-4:] == ["-m", "gpulab.distributed.ddp_worker", "--epochs", "3"]
+    assert "--standalone" in one and one[-4:] == ["-m", "gpulab.distributed.ddp.worker", "--epochs", "3"]
     assert one[one.index("--local-addr") + 1] == "127.0.0.1"  # one machine: the ranks meet on loopback
     two = torchrun_command("train.py", [], nproc=1, module=False, nnodes=2, node_rank=1, master_port=29600)
     assert "--standalone" not in two and "-m" not in two[3:]
@@ -160,7 +160,7 @@ def test_lines_are_whole_and_prefixed(script):
 
 @pytest.mark.slow
 def test_ranks_get_the_settings_of_this_os(script, monkeypatch):
-    from gpulab.distributed.rendezvous import current_plan
+    from gpulab.distributed.launch.rendezvous import current_plan
 
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
     result = torchrun.launch(script, ["env"], nproc=2, module=False, timeout=60, on_line=None)
@@ -281,7 +281,7 @@ def test_interpreter_exit_stops_workers(script, tmp_path):
         import sys, time
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_launch import command, wait_for_ranks
-        from gpulab.distributed.torchrun import Torchrun
+        from gpulab.distributed.launch.torchrun import Torchrun
         run = Torchrun(command({script!r}, "sleep"), on_line=None).start()
         pids = wait_for_ranks(run, 2) + [run.pid]
         print(" ".join(map(str, pids)), flush=True)

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from gpulab.evaluation import Score
-from gpulab.paired import compare, compare_features, compare_models, format_paired, paired, sign_test
+from gpulab.paired_comparison import compare, compare_features, compare_models, format_paired, paired, sign_test
 
 # Student's t 97.5 % quantile with 2 degrees of freedom (printed in every t table): 4.303.
 T_975_DF2 = 4.302652729911275

@@ -1,11 +1,11 @@
-"""gpulab.parallel reproduces nn.DataParallel's scatter/replicate/gather/reduce on one device."""
+"""gpulab.data_parallel reproduces nn.DataParallel's scatter/replicate/gather/reduce on one device."""
 
 import pytest
 import torch
 from torch import nn
 
 from gpulab.models import Net1
-from gpulab.parallel import (
+from gpulab.data_parallel import (
     data_parallel_step,
     full_batch_gradients,
     gather,

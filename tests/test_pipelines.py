@@ -1,5 +1,5 @@
 """Notebook 13's launch: pipeline schedules and a 2-D mesh equal one process (with controls that differ), the
-activations in flight, the traces, fewer micro-batches than stages, the layouts against gpulab.plan, no orphans.
+activations in flight, the traces, fewer micro-batches than stages, the layouts against gpulab.planner.plan, no orphans.
 Also the pieces that need no launch: live activation bytes, the ideal timelines, the exercise and its questions."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from gpulab import torch_versions
-from gpulab.distributed import pipelines, pipelines_plan
-from gpulab.distributed.pipelines_layouts import CALIBRATION, LAYOUTS, VALIDATION
-from gpulab.distributed.pipelines_probe import SHAPE, SavedBytes, batch, blocks, mse
+from gpulab.distributed.pipelines import driver as pipelines
+from gpulab.distributed.pipelines import plan as pipelines_plan
+from gpulab.distributed.pipelines.layouts import CALIBRATION, LAYOUTS, VALIDATION
+from gpulab.distributed.pipelines.probe import SHAPE, SavedBytes, batch, blocks, mse
 from gpulab.exercises.pipelines import QUESTIONS_13, check_in_flight
 from gpulab.figures import has_title
 from gpulab.figures import pipelines as pictures

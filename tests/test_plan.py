@@ -1,4 +1,4 @@
-"""gpulab.plan and `gpulab plan`: which layouts apply, what each costs and holds, the ranking, bad input."""
+"""gpulab.planner.plan and `gpulab plan`: which layouts apply, what each costs and holds, the ranking, bad input."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ from dataclasses import replace
 
 import pytest
 
-from gpulab.cli import main
-from gpulab.distributed.cost import ring_allreduce_seconds
-from gpulab.estimate import estimate
-from gpulab.estimate import PRECISIONS
-from gpulab.plan import GB, GIB, Cluster, Model, format_plan, plan, predict
-from gpulab.plan_blocks import BLOCKS
-from gpulab.plan_layouts import Layout, layouts, micro_batch_counts
-from gpulab.plan_traffic import Call, call_seconds
+from gpulab.course.cli import main
+from gpulab.comm_cost import ring_allreduce_seconds
+from gpulab.sharding.estimate import estimate
+from gpulab.sharding.estimate import PRECISIONS
+from gpulab.planner.plan import GB, GIB, Cluster, Model, format_plan, plan, predict
+from gpulab.planner.blocks import BLOCKS
+from gpulab.planner.layouts import Layout, layouts, micro_batch_counts
+from gpulab.planner.traffic import Call, call_seconds
 
 MODEL = Model(parameters=1_000_000_000, layers=16, hidden=2048, sequence=1024, precision="fp32")
 CLUSTER = Cluster(gpus=8, memory=80e9, latency=5e-6, bandwidth=100e9, peak_flops=100e12)
@@ -328,12 +328,12 @@ def test_headroom_rejects_a_layout_that_fills_the_memory():
 
 
 # ------------------------------------------------------------------ stages, imbalance, the embedding and output layer
-from gpulab.distributed.cost import AlphaBeta  # noqa: E402
-from gpulab.plan_calibration import Calibration, from_measurements  # noqa: E402
-from gpulab.plan_costs import activation_bytes, rank_flops, rank_parameters  # noqa: E402
-from gpulab.plan_layouts import rank_layers, stage_layers  # noqa: E402
-from gpulab.plan_traffic import pipeline_sends, traffic  # noqa: E402
-from gpulab.plan_validation import fit_exposed, spearman, validate  # noqa: E402
+from gpulab.comm_cost import AlphaBeta  # noqa: E402
+from gpulab.planner.calibration import Calibration, from_measurements  # noqa: E402
+from gpulab.planner.costs import activation_bytes, rank_flops, rank_parameters  # noqa: E402
+from gpulab.planner.layouts import rank_layers, stage_layers  # noqa: E402
+from gpulab.planner.traffic import pipeline_sends, traffic  # noqa: E402
+from gpulab.planner.validation import fit_exposed, spearman, validate  # noqa: E402
 
 VOCAB = Model(parameters=1_000_000_000, layers=16, hidden=2048, sequence=1024, vocab=32000, heads=16)
 

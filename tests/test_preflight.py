@@ -11,10 +11,13 @@ import psutil
 import pytest
 import torch
 
-from gpulab import cli, nvidia_smi, preflight, preflight_report
+from gpulab import nvidia_smi
+from gpulab.course import cli
+from gpulab.course import environment as preflight
+from gpulab.course import environment_report as preflight_report
 
-from gpulab.distributed import rendezvous_check
-from gpulab.preflight import NOTE, OK, PROBLEM, Check
+from gpulab.distributed.launch import rendezvous_check
+from gpulab.course.environment import NOTE, OK, PROBLEM, Check
 
 
 @pytest.fixture

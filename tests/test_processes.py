@@ -1,4 +1,4 @@
-"""gpulab.distributed.processes: the process tree, stopping, and the line reader; fakes for what one OS cannot show."""
+"""gpulab.distributed.launch.processes: the process tree, stopping, and the line reader; fakes for what one OS cannot show."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import time
 import psutil
 import pytest
 
-from gpulab.distributed import processes
-from gpulab.distributed.processes import LineReader, ProcessTree, alive, new_group_options, running, stop_processes
+from gpulab.distributed.launch import processes
+from gpulab.distributed.launch.processes import LineReader, ProcessTree, alive, new_group_options, running, stop_processes
 
 
 class FakeProcess:

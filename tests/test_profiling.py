@@ -1,4 +1,4 @@
-"""gpulab.profiling (the four phases of a step under torch.profiler) and gpulab.compiling (can compile work here, Adam)."""
+"""gpulab.profiling.steps (the four phases of a step under torch.profiler) and gpulab.profiling.compile_timing (can compile work here, Adam)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from torch.utils.data import DataLoader, TensorDataset
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from gpulab import compiling, doctor, profiling  # noqa: E402
+from gpulab.profiling import compile_timing as compiling  # noqa: E402
+from gpulab.course import environment as doctor
+from gpulab.profiling import steps as profiling
 from gpulab.experiment import Recipe, article_model, boston_data, optimizer_for  # noqa: E402
 
 # ----------------------------------------------------------------------------- profiling

@@ -1,10 +1,10 @@
-"""gpulab.published: every figure measured elsewhere says what, on what, with what, and links its source."""
+"""gpulab.measured_elsewhere: every figure measured elsewhere says what, on what, with what, and links its source."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpulab import published
+from gpulab import measured_elsewhere as published
 
 
 @pytest.mark.parametrize("figure", published.FIGURES, ids=lambda f: f"{f.hardware} {f.what}"[:60])
@@ -42,7 +42,7 @@ def test_the_runs_table_names_each_layout_and_source():
 
 
 def test_what_the_planner_picks_for_the_published_runs():
-    from gpulab import plan_published
+    from gpulab.planner import published_runs as plan_published
 
     verdicts = {run.name: plan_published.verdict(run) for run in published.RUNS}
     llama, deepseek, megatron = (verdicts[n] for n in ("Llama 3 405B", "DeepSeek-V3", "Megatron-LM 1T"))

@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from gpulab import doctor
+from gpulab.course import environment as doctor
 
-from gpulab.distributed import rendezvous
-from gpulab.distributed.rendezvous import is_loopback, platform_family, rendezvous_plan
-from gpulab.distributed.torchrun import Torchrun
-from gpulab.distributed.torchrun_command import torchrun_command
+from gpulab.distributed.launch import rendezvous
+from gpulab.distributed.launch.rendezvous import is_loopback, platform_family, rendezvous_plan
+from gpulab.distributed.launch.torchrun import Torchrun
+from gpulab.distributed.launch.command import torchrun_command
 
 
 @pytest.mark.parametrize("platform, env", [
@@ -59,7 +59,7 @@ def test_launcher_applies_the_plan_without_overriding_the_caller(platform, monke
     assert run.env.get("USE_LIBUV") == plan.env.get("USE_LIBUV")
     assert run.env["GLOO_SOCKET_IFNAME"] == "eth7"
     assert Torchrun(["true"], env={"USE_LIBUV": "1"}, on_line=None).env["USE_LIBUV"] == "1"  # env= wins too
-    command = torchrun_command("gpulab.distributed.ddp_worker", [], nproc=2)
+    command = torchrun_command("gpulab.distributed.ddp.worker", [], nproc=2)
     assert command[command.index("--local-addr") + 1] == "127.0.0.1"
 
 

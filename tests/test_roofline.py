@@ -1,4 +1,4 @@
-"""gpulab.roofline, opcount and cpupeak: FLOPs and bytes of known ops, ridge point, CPU peak, the exercise check."""
+"""gpulab.profiling.roofline, opcount and cpupeak: FLOPs and bytes of known ops, ridge point, CPU peak, the exercise check."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from torch import nn
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from gpulab import bench, bench_results, cpu_info, cpupeak, devices, memory, opcount, roofline
+from gpulab import bench, bench_results, cpu_info, devices, memory
+from gpulab.profiling import cpu_peak as cpupeak
+from gpulab.profiling import op_count as opcount
+from gpulab.profiling import roofline
 from gpulab.exercises.quiz import check  # noqa: E402
 from gpulab.exercises.roofline import cases, check_bound  # noqa: E402
 from gpulab.models import Net1  # noqa: E402

@@ -356,7 +356,7 @@ def test_answer_key_has_every_notebook_question_and_solution(tagged, key):
 
 
 def test_every_value_question_is_answered_with_what_its_check_accepts():
-    from gpulab.exercises.answer_key import solve
+    from gpulab.course.answer_key import solve
     from gpulab.exercises.questions import QUESTIONS
 
     for notebook, found in QUESTIONS.items():
@@ -366,7 +366,8 @@ def test_every_value_question_is_answered_with_what_its_check_accepts():
 
 
 def test_the_key_follows_the_questions_it_is_generated_from(monkeypatch):
-    from gpulab.exercises import answer_key, correct, questions, wrong
+    from gpulab.exercises import correct, questions, wrong
+    from gpulab.course import answer_key
     from gpulab.exercises import Option, Question
 
     hidden = Question("Which number, between 1 and 5000, times 3 gives 7281?",
@@ -423,7 +424,7 @@ def _imported_callables(code: str) -> dict[str, object]:
             if obj is not None:
                 found[f"{node.value.id}.{node.attr}"] = obj
     return {name: obj for name, obj in found.items() if inspect.isfunction(obj)
-            and not obj.__module__.startswith(("gpulab.distributed", "gpulab.cli"))  # those start processes
+            and not obj.__module__.startswith(("gpulab.distributed", "gpulab.course.cli"))  # those start processes
             and not obj.__name__.startswith("check_")}
 
 
@@ -489,7 +490,7 @@ def test_no_notebook_hands_out_the_function_its_check_compares_against(tagged):
 def test_an_imported_reference_function_is_caught(tagged):
     cells = _cells(tagged / "04_data_parallel.ipynb")
     leaky = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": 1,
-              "source": "from gpulab.parallel import replica_batch_sizes\nfrom gpulab import bench"}] + cells
+              "source": "from gpulab.data_parallel import replica_batch_sizes\nfrom gpulab import bench"}] + cells
     assert "check_rows_per_gpu(replica_batch_sizes) passes" in _leaks(leaky)
     one = _cells(tagged / "01_why_gpus.ipynb")
     leaky = one + [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": 1,

@@ -13,11 +13,11 @@ import torch.nn.functional as F
 
 matplotlib.use("Agg")
 
-from gpulab.distributed.tensor_parallel import (count_rows, equality_rows, predicted_calls,  # noqa: E402
+from gpulab.distributed.tensor_parallel.driver import (count_rows, equality_rows, predicted_calls,  # noqa: E402
                                                 run_tensor_parallel, saved_formula_rows, saved_rows, shard_rows,
                                                 sweep_spread, traffic_rows)
-from gpulab.distributed.tensor_parallel_worker import SWEEP_SIZES  # noqa: E402
-from gpulab.distributed.tensor_parallel_worker import main as worker_main  # noqa: E402
+from gpulab.distributed.tensor_parallel.worker import SWEEP_SIZES  # noqa: E402
+from gpulab.distributed.tensor_parallel.worker import main as worker_main  # noqa: E402
 from gpulab.exercises.tensor_parallel import QUESTIONS_12, check_megatron_mlp  # noqa: E402
 from gpulab.figures import has_title  # noqa: E402
 from gpulab.figures.tensor_parallel import STATIC, loss_curves, megatron_shards  # noqa: E402
@@ -442,6 +442,6 @@ def test_the_check_names_the_arguments_it_needs():
 
 
 def test_the_answer_key_finds_every_answer():
-    from gpulab.exercises.answer_key import solve
+    from gpulab.course.answer_key import solve
 
     assert all(q.check(solve(q)).ok for q in QUESTIONS_12)

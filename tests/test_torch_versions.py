@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpulab import doctor, preflight, torch_versions
+from gpulab import torch_versions
+from gpulab.course import environment as doctor
+from gpulab.course import environment as preflight
 from gpulab.torch_versions import NEEDS, TorchTooOld
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """Checks for notebook 09 (collectives and their cost) and its self-check questions ``QUESTIONS_09``.
 
-Every expected value is computed with ``gpulab.distributed.cost``, the same functions the notebook uses.
+Every expected value is computed with ``gpulab.comm_cost``, the same functions the notebook uses.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpulab.distributed import cost
+from gpulab import comm_cost as cost
 from gpulab.validate import positive_int, positive_number
 from gpulab.exercises import Feedback, as_number, correct, wrong
 from gpulab.exercises import Option as O

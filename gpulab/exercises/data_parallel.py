@@ -7,7 +7,7 @@ from typing import Callable
 
 from gpulab.exercises import Feedback, Question, correct, wrong
 from gpulab.exercises import Option as O
-from gpulab.parallel import replica_batch_sizes
+from gpulab.data_parallel import replica_batch_sizes
 
 #: Batches and GPU counts the notebooks never print, so a learner's function cannot copy an output.
 UNSEEN_CASES: tuple[tuple[int, int], ...] = ((9, 4), (30, 4), (17, 5), (6, 4), (1, 3), (64, 8), (50, 3), (13, 13))

@@ -34,10 +34,10 @@ def _environment(words: list[str]) -> tuple[dict[str, str], list[str]]:
 def check_torchrun_command(
     command: object, nproc: int = 4, worker_args: Sequence[str] = (), visible_gpus: str | None = None
 ) -> Feedback:
-    """Is ``command`` a modern one-machine launch of ``gpulab.distributed.ddp_worker`` with ``nproc`` ranks?
+    """Is ``command`` a modern one-machine launch of ``gpulab.distributed.ddp.worker`` with ``nproc`` ranks?
 
     Accepted: ``torchrun`` or ``python -m torch.distributed.run``, ``--nproc-per-node`` (or
-    ``--nproc_per_node``) equal to ``nproc``, ``--standalone``, then ``-m gpulab.distributed.ddp_worker``.
+    ``--nproc_per_node``) equal to ``nproc``, ``--standalone``, then ``-m gpulab.distributed.ddp.worker``.
     ``worker_args`` (e.g. ``["--epochs", "30"]``) must follow the worker's name, with the same
     values. ``visible_gpus`` (e.g. ``"4,5,6,7"``) asks for ``CUDA_VISIBLE_DEVICES=...`` before the command.
     """
@@ -70,9 +70,9 @@ def check_torchrun_command(
         return wrong(f"--nproc-per-node is {ranks}, the task asks for {nproc} ranks{hint}")
     if "--standalone" not in words:
         return wrong("on one machine add --standalone: torchrun then picks a free port on its own")
-    worker = [i for i in range(1, len(words) - 1) if words[i] == "-m" and words[i + 1] == "gpulab.distributed.ddp_worker"]
+    worker = [i for i in range(1, len(words) - 1) if words[i] == "-m" and words[i + 1] == "gpulab.distributed.ddp.worker"]
     if not worker:
-        return wrong("run the worker as a module: -m gpulab.distributed.ddp_worker (after torchrun's options)")
+        return wrong("run the worker as a module: -m gpulab.distributed.ddp.worker (after torchrun's options)")
     module_at = worker[-1]
     for flag in ("--nproc-per-node", "--nproc_per_node", "--standalone"):
         if any(w == flag or w.startswith(flag + "=") for w in words[module_at:]):
@@ -82,14 +82,14 @@ def check_torchrun_command(
         given = _option(words[module_at + 2:], name)
         if given is None:
             if _option(words[:module_at], name) is not None:
-                return wrong(f"{name} is the worker's option: put it after -m gpulab.distributed.ddp_worker, or torchrun takes it")
-            return wrong(f"pass {name} {value} to the worker, after -m gpulab.distributed.ddp_worker")
+                return wrong(f"{name} is the worker's option: put it after -m gpulab.distributed.ddp.worker, or torchrun takes it")
+            return wrong(f"pass {name} {value} to the worker, after -m gpulab.distributed.ddp.worker")
         if given != value:
             return wrong(f"{name} is {given}, the task asks for {value}")
     where = (f" on GPUs {visible_gpus} (which each rank sees renumbered as cuda:0..cuda:{nproc - 1})"
              if visible_gpus is not None else "")
     extra = f" with {' '.join(wanted)}" if wanted else ""
-    return correct(f"torchrun starts {nproc} copies of gpulab.distributed.ddp_worker{where}{extra}, each with its own RANK and LOCAL_RANK")
+    return correct(f"torchrun starts {nproc} copies of gpulab.distributed.ddp.worker{where}{extra}, each with its own RANK and LOCAL_RANK")
 
 
 def _rows_per_rank(answer: object) -> Feedback:
@@ -116,7 +116,7 @@ QUESTIONS_05: tuple[Question, ...] = (
     Question("Why can the code a DDP rank runs not be a function typed into a notebook cell?", (
         O("Each rank is a new Python process that imports its code, and a function typed into the kernel "
           "cannot be imported.",
-          "so the rank's code lives in a script or a module (here gpulab/distributed/ddp_worker.py), started by torchrun"),
+          "so the rank's code lives in a script or a module (here gpulab/distributed/ddp/worker.py), started by torchrun"),
         O("Notebooks cannot use the gloo backend.",
           "no: the problem is new processes finding the code, not the backend"),
         O("DDP only works on GPUs.", "no: with gloo, DDP runs on CPU processes, as in this notebook"),

@@ -3,13 +3,13 @@
 ``LOGS`` holds log excerpts of other runs, in forms the notebook does not print: nccl's watchdog lines,
 torchrun's summary, other ranks, sizes and timeouts. Several need reasoning across ranks, not one searched
 phrase. ``check_diagnosis(causes, first_look)`` checks a cause for every log (a name of
-``gpulab.distributed.failures.CASES``) and, for the logs of ``FIRST_LOOK``, the rank to look at first. A
+``gpulab.distributed.failures.driver.CASES``) and, for the logs of ``FIRST_LOOK``, the rank to look at first. A
 wrong answer gets a clue about where to look in the log, never the answer.
 """
 
 from __future__ import annotations
 
-from gpulab.distributed.failures import BY_NAME
+from gpulab.distributed.failures.driver import BY_NAME
 from gpulab.exercises import Feedback, as_number, correct, wrong
 from gpulab.exercises import Option as O
 from gpulab.exercises import Question

@@ -1,8 +1,8 @@
 """Every notebook's self-check questions, by notebook: each topic module keeps its own beside its checks.
 
 Values are computed by the questions' grade functions, never typed in (a matmul's operation count from its
-shapes, DataParallel's split from ``gpulab.parallel``, the sampler's padding from ``DistributedSampler``).
-``gpulab.exercises.quiz`` shows them as widgets; ``gpulab.exercises.answer_key`` writes the teacher's key.
+shapes, DataParallel's split from ``gpulab.data_parallel``, the sampler's padding from ``DistributedSampler``).
+``gpulab.exercises.quiz`` shows them as widgets; ``gpulab.course.answer_key`` writes the teacher's key.
 
 A notebook loads only its own topic module: :data:`QUESTIONS` imports ``WHERE[nb]`` the first time notebook
 ``nb``'s questions are asked for (notebook 01 never imports the tensor-parallel checks).

@@ -2,14 +2,15 @@
 
 The check calls the learner's ``bound(flops, nbytes, ridge)`` on operations the notebook has not
 placed (and on those it has), with this machine's ridge point and an H200's, and compares with
-``gpulab.roofline.classify(arithmetic_intensity(flops, nbytes), ridge)``.
+``gpulab.profiling.roofline.classify(arithmetic_intensity(flops, nbytes), ridge)``.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from gpulab import opcount, roofline
+from gpulab.profiling import op_count as opcount
+from gpulab.profiling import roofline
 from gpulab.exercises import Feedback, as_number, correct, wrong
 from gpulab.exercises import Option as O
 from gpulab.exercises import Question

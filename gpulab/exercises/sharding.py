@@ -1,13 +1,13 @@
 """Checks for notebook 08 (memory and sharding): which strategy fits a model in a rank's memory.
 
-Every verdict is computed with :func:`gpulab.estimate.estimate` (float32, Adam), never typed in.
+Every verdict is computed with :func:`gpulab.sharding.estimate.estimate` (float32, Adam), never typed in.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from gpulab.estimate import STRATEGIES, estimate
+from gpulab.sharding.estimate import STRATEGIES, estimate
 from gpulab.exercises import Feedback, as_number, correct, wrong
 from gpulab.exercises import Option as O
 from gpulab.exercises import Question

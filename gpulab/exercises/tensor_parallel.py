@@ -3,7 +3,7 @@
 ``check_megatron_mlp(partial_output)`` calls the learner's ``partial_output(x, up, down, rank, world)`` for every
 rank of MLPs, rank counts and token counts the notebook never shows (hidden sizes that do not divide among
 them) and compares the sum over ranks with one process. Expected values come from torch itself
-(``torch.chunk``, the split DTensor's ``Shard`` follows) and from ``gpulab.distributed.cost``.
+(``torch.chunk``, the split DTensor's ``Shard`` follows) and from ``gpulab.comm_cost``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import inspect
 import torch
 import torch.nn.functional as F
 
-from gpulab.distributed import cost
+from gpulab import comm_cost as cost
 from gpulab.exercises import Feedback, Option, Question, as_number, correct, wrong
 from gpulab.tp_model import MLP, shard_sizes
 

@@ -2,7 +2,7 @@
 of two models on the same splits. Both are drawn from what the notebook computed:
 
     label_broadcasting(out, labels)          # out (n, 1), labels (n,): the top corner of the n x n comparison
-    paired_splits(score_a, score_b, result)  # two gpulab.evaluation.Score, their gpulab.paired.Paired
+    paired_splits(score_a, score_b, result)  # two gpulab.evaluation.Score, their gpulab.paired_comparison.Paired
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class Scored(Protocol):
 def paired_splits(a: Scored, b: Scored, result=None, *, title: str | None = None):
     """Two models' test RMSE split by split (left) and their per-split differences A − B (right).
 
-    ``result`` (a ``gpulab.paired.Paired`` of the same two) adds its interval to the right panel.
+    ``result`` (a ``gpulab.paired_comparison.Paired`` of the same two) adds its interval to the right panel.
     """
     import matplotlib.pyplot as plt
 

@@ -11,7 +11,7 @@ def _first_value(tensor) -> float:
 
 
 def dataparallel_step(step, full_grads: dict | None = None, param: str = "layer3.0.bias", columns: int = 13):
-    """One ``gpulab.parallel.DataParallelStep`` as a picture: the real chunk sizes, replicas, output and gradients.
+    """One ``gpulab.data_parallel.DataParallelStep`` as a picture: the real chunk sizes, replicas, output and gradients.
 
     Left, the forward pass: the batch cut into ``step.batch_sizes`` rows (scatter), one copy of the model
     per chunk (replicate), each copy's output (parallel apply), the outputs joined on the first GPU (gather).
@@ -22,11 +22,11 @@ def dataparallel_step(step, full_grads: dict | None = None, param: str = "layer3
     sizes = list(step.batch_sizes)
     if not step.replica_grads or len(step.replica_grads) != len(sizes):
         raise ValueError(f"the step holds {len(step.replica_grads)} replica gradients for {len(sizes)} chunks: "
-                         "pass a step from gpulab.parallel.data_parallel_step")
+                         "pass a step from gpulab.data_parallel.data_parallel_step")
     if param not in step.grads:
         raise ValueError(f"unknown parameter {param!r}: use one of {', '.join(step.grads)}")
     rows, n = sum(sizes), len(sizes)
-    title = f"DataParallel's steps, done by gpulab.parallel in this run: {rows} rows over {n} replicas"
+    title = f"DataParallel's steps, done by gpulab.data_parallel in this run: {rows} rows over {n} replicas"
     fig, ax = canvas(9.6, 5.8, title)
     ax.set_title("")
     fig.suptitle(title, fontsize=FONT + 2)

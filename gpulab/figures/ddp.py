@@ -155,7 +155,7 @@ def crash_timeline(epochs: int, killed_after: int, resumed_from: int, kept: Sequ
     ``kept``: the checkpoint files left at the end (``epoch0058.pt``: after epoch 59, counted from 1);
     ``history``: the finished run's epochs as its history lists them (counted from 0).
     """
-    from gpulab.distributed.checkpoint import PATTERN
+    from gpulab.distributed.ddp.checkpoint import PATTERN
 
     if not 0 < resumed_from < epochs or not 0 < killed_after <= epochs:
         raise ValueError(f"resumed_from={resumed_from!r} must be in 1..{epochs - 1} and killed_after="

@@ -119,7 +119,8 @@ def largest_of_each(results: Sequence) -> list:
 def bandwidths(mine: Sequence, references: Sequence = ()) -> list[Bandwidth]:
     """Every bar: this run's copies, then recorded GPU references (the largest copy of each setting),
     published measurements and spec sheets."""
-    from gpulab import published, roofline
+    from gpulab import measured_elsewhere as published
+    from gpulab.profiling import roofline
 
     bars = []
     for source, results in ((SOURCES[0], mine), (SOURCES[1], largest_of_each(references))):

@@ -2,7 +2,7 @@
 
 Schematics (:data:`STATIC`): the model cut into stages, the ideal GPipe and 1F1B timelines
 (:func:`ideal_timeline`: forward 1 unit, backward 2, no communication), the 2-D mesh. From a run's data
-(``gpulab.distributed.pipelines``): :func:`timelines` (each rank's real forwards and backwards),
+(``gpulab.distributed.pipelines.driver``): :func:`timelines` (each rank's real forwards and backwards),
 :func:`bubble_plot`, :func:`in_flight_plot`, :func:`ranking_plot`.
 """
 

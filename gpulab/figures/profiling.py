@@ -72,7 +72,7 @@ def fused_ops(kernel: str) -> list[str]:
 
 
 def inductor_kernels(graphs: Sequence):
-    """Each compiled graph's calls in order (``gpulab.compiled.kernels_in`` results): library calls in blue,
+    """Each compiled graph's calls in order (``gpulab.profiling.compiled_code.kernels_in`` results): library calls in blue,
     generated kernels in green with the operations fused into each."""
     if not graphs:
         raise ValueError("no compiled graphs to draw: pass the kernels_in(...) of each module inductor wrote")

@@ -1,6 +1,6 @@
 """Notebook 08: FSDP2's all-gathers and reduce-scatters in one step, read from a run's own schedule.
 
-:func:`fsdp_states` turns :func:`gpulab.distributed.fsdp.schedule` (the collectives of one profiled step, in
+:func:`fsdp_states` turns :func:`gpulab.distributed.fsdp.driver.schedule` (the collectives of one profiled step, in
 order) into what every unit holds after each collective; :func:`fsdp_step` draws one of those moments (a
 slider steps through them: :func:`fsdp_slider`) and :func:`fsdp_grid` all of them in one picture.
 """

@@ -94,7 +94,7 @@ def copy_rates(published: Sequence, mine: Sequence = (), reference: Sequence = (
     """Bars of host-to-device copy bandwidth in GB/s: the recorded ``reference`` first, then ``published``
     (measured elsewhere), then ``mine`` (this machine).
 
-    ``published``: :class:`gpulab.published.Published` figures (GiB/s converted to GB/s, the spec sheet as a
+    ``published``: :class:`gpulab.measured_elsewhere.Published` figures (GiB/s converted to GB/s, the spec sheet as a
     red tick); ``mine`` and ``reference``: host-to-device :class:`gpulab.bench_results.BenchResult` copies
     (the largest copy of each setting is drawn).
     """

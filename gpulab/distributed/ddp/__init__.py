@@ -1,0 +1,3 @@
+"""Notebook 05, DistributedDataParallel: ``driver`` launches the rank program ``worker`` on the article's recipe;
+``checkpoint`` holds its epoch checkpoints.
+"""
