@@ -42,7 +42,7 @@ NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", "tests/nbval
          "--nbval-cell-timeout=120"]
 NO_MPL = ("MPLBACKEND",)  # inherited by the kernels, it would hide the notebooks' figures
 DEFAULT_JOBS = 2
-STUDENT_FILES = ["course.py", "constraints.txt", "TROUBLESHOOTING.md", "LICENSE"]
+STUDENT_FILES = ["course.py", "constraints.txt", "TROUBLESHOOTING.md", "TROUBLESHOOTING.zh-CN.md", "LICENSE"]
 HELP = {
     "install": "create .venv and install gpulab with its pinned dependencies (only when needed)",
     "lab": "JupyterLab at the course folder, notebook 01 open (--zh: in Chinese; server options after --)",

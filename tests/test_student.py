@@ -290,12 +290,14 @@ def test_laptop_edition_holds_what_a_learner_needs_and_installs_its_wheel(tagged
     wheel = tmp_path / "dist" / "gpulab-0.1.0-py3-none-any.whl"
     wheel.parent.mkdir()
     wheel.write_bytes(b"not a real wheel")
-    extra = tuple(ROOT / n for n in ("course.py", "constraints.txt", "TROUBLESHOOTING.md", "LICENSE")) + (wheel,)
+    course = load_course()
+    extra = tuple(ROOT / n for n in course.STUDENT_FILES) + (wheel,)
     out = tmp_path / "student"
     student.build(tagged, out, extra)
     names = {p.name for p in out.iterdir()}
     assert names - {"scripts", "GLOSSARY.md"} == {".student-edition", "README.md", "notebooks", "course.py",
-                                                  "constraints.txt", "TROUBLESHOOTING.md", "LICENSE", wheel.name}
+                                                  "constraints.txt", "TROUBLESHOOTING.md", "TROUBLESHOOTING.zh-CN.md",
+                                                  "LICENSE", wheel.name}
     assert "GLOSSARY.md" in names  # files the notebooks link: scripts/ they cite, the glossary
     readme = (out / "README.md").read_text(encoding="utf-8")
     for words in ("python3 course.py lab", "py course.py lab", "lab --zh", "TROUBLESHOOTING.md"):
@@ -496,3 +498,15 @@ def test_an_imported_reference_function_is_caught(tagged):
     leaky = one + [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": 1,
                     "source": "print(bench.matmul_flops(4))"}]
     assert "check_matmul_flops(bench.matmul_flops) passes" in _leaks(leaky)
+
+
+def load_course():
+    """course.py as a module (it is a script at the repository's root)."""
+    import importlib.util
+
+    import sys
+
+    spec = importlib.util.spec_from_file_location("gpulab_course", ROOT / "course.py")
+    module = sys.modules.setdefault("gpulab_course", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(module)
+    return module
