@@ -7,7 +7,7 @@ Writes OUTDIR/reference/ (copy it unchanged into gpulab/reference/ to record a G
 - SLUG-measure.json: the environment (torch/CUDA/NCCL/driver versions, SMs, clocks, PCIe link, MIG
   mode, matmul precision) and one table of rows per step (the Boston loop, DataParallel, DDP,
   autocast training steps with peak memory, saved-for-backward memory, matmul modes, one NCCL rank's
-  all_reduce per call), read by
+  all_reduce per call, notebook 14's Triton kernels against torch), read by
   ``gpulab.gpu_reference.recorded(STEP)``;
 - SLUG-matmul-*.json, SLUG-copy-*.json: bench files in exactly the format ``gpulab.gpu_reference`` loads.
 
@@ -306,6 +306,23 @@ def memory_step(rec: Recorder) -> dict:
             "note": f"MiB; MLP batch {len(X)}; gpulab.memory.training_memory (saved_tensors_hooks + exact sizes)"}
 
 
+def triton_step(rec: Recorder) -> dict:
+    """Notebook 14's Triton kernels, compiled, against torch (gpulab.kernels.measure), and a kernel inductor writes."""
+    if rec.device.type != "cuda":
+        raise Skip("compiled Triton kernels need a CUDA device (notebook 14 runs them in Triton's interpreter on a CPU)")
+    from gpulab.kernels import runtime
+
+    backend = runtime.prepare(rec.device)
+    if not backend.ok:
+        raise Skip(backend.reason)
+    from gpulab.kernels import measure, traffic
+
+    x = torch.randn(4096, 1000, device=rec.device)
+    name, source = measure.inductor_kernel(traffic.softmax_separate, x)
+    return {"rows": measure.gpu_rows(rec.device, small=rec.data["dry_run"]), "source": source,
+            "note": f"triton {backend.triton}; inductor wrote {name} for the separate-operations softmax"}
+
+
 def environment_after_step(rec: Recorder) -> dict:
     """nvidia-smi again after the load: clocks, power and the PCIe link generation under work."""
     if rec.device.type != "cuda":
@@ -336,6 +353,7 @@ STEPS = {
     "data_parallel": data_parallel_step,
     "ddp": ddp_step,
     "nccl_all_reduce": nccl_all_reduce_step,
+    "triton": triton_step,
     "environment_after": environment_after_step,
 }
 

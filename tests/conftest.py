@@ -42,7 +42,18 @@ _LAUNCHES = [0]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Count every torchrun launch and every rendezvous check, so a test that starts ranks must say so."""
+    """Count every torchrun launch and every rendezvous check, so a test that starts ranks must say so.
+
+    Without a CUDA GPU, notebook 14's Triton kernels run in Triton's interpreter, which must be switched on
+    before anything imports triton (torch.compile on a CPU does): so it is switched on here, for every test and
+    every notebook kernel started from this process (gpulab.kernels.runtime says why).
+    """
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     from gpulab.distributed.launch import rendezvous_check
     from gpulab.distributed.launch import torchrun
 

@@ -10,6 +10,10 @@ Rules (a failing rule names the file to fix):
   pyproject's bound. constraints.txt may pin more (transitive packages whose behaviour the notebooks show).
 - A version bound written in an environment file equals pyproject's bound (conda `=0.11` == pip `==0.11.*`).
 - torch: pyproject says `torch>=2.6`, constraints.txt pins `torch==2.13.0`; Binder gets a CPU-only build.
+- A runtime dependency may carry one marker, `; sys_platform == 'linux'` (triton: wheels for Linux only). Conda
+  files cannot say "Linux only", so environment.yml leaves it to its `pip: -e .` (pip honours the marker), and
+  binder/postBuild (Binder is Linux) installs it with `-c constraints.txt`, at the pinned version. torch's CUDA
+  builds pin their own triton: where the installed torch requires one, constraints.txt pins the same.
 - Conda names map to pip names through CONDA_TO_PIP; `python` and `pip` are conda-only entries.
 """
 from __future__ import annotations
@@ -33,6 +37,7 @@ CONDA_TO_PIP = {"pytorch": "torch", "pytorch-cpu": "torch"}
 CONDA_ONLY = {"python", "pip"}
 EXTRAS_IN_ENVIRONMENT_YML = {"test"}
 
+LINUX_ONLY = re.compile(r"""\s*;\s*sys_platform\s*==\s*(['"])linux\1\s*$""")
 _REQ_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*([<>=!~].*)?$")
 _CONDA_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*([<>=!~]\S*)?(?:\s+(\S+))?$")
 
@@ -42,8 +47,15 @@ def norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def linux_only(text: str) -> bool:
+    """Does the requirement end with the one marker this project uses, ``; sys_platform == 'linux'``?"""
+    return bool(LINUX_ONLY.search(text))
+
+
 def parse_requirement(text: str) -> tuple[str, str]:
-    """'torch>=2.6' -> ('torch', '>=2.6'); ValueError for anything richer (markers, URLs)."""
+    """'torch>=2.6' -> ('torch', '>=2.6'); ValueError for anything richer (other markers, URLs).
+    The Linux-only marker is allowed and dropped here (:func:`linux_only` reads it)."""
+    text = LINUX_ONLY.sub("", text)
     m = _REQ_RE.match(text.strip())
     if not m or ";" in text or "@" in text:
         raise ValueError(f"unsupported requirement {text!r}: expected 'name', 'name>=X' or 'name==X.*'")
@@ -134,6 +146,12 @@ def runtime(pyproject) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
+def linux_runtime(pyproject) -> set[str]:
+    """Runtime dependencies marked Linux-only (triton)."""
+    return {parse_requirement(r)[0] for r in pyproject["project"]["dependencies"] if linux_only(r)}
+
+
+@pytest.fixture(scope="module")
 def extras(pyproject) -> dict[str, dict[str, str]]:
     opt = pyproject["project"].get("optional-dependencies", {})
     return {extra: dict(parse_requirement(r) for r in reqs) for extra, reqs in opt.items()}
@@ -187,17 +205,18 @@ def test_every_pyproject_dependency_pinned_exactly(runtime, extras, constraints)
     assert not bad, f"constraints.txt pins outside pyproject's bounds (pin, bound): {bad}"
 
 
-def test_environment_yml_names_runtime_and_test_packages(runtime, extras, conda_env):
-    wanted = set(runtime).union(*(set(extras.get(e, {})) for e in EXTRAS_IN_ENVIRONMENT_YML))
+def test_environment_yml_names_runtime_and_test_packages(runtime, linux_runtime, extras, conda_env):
+    wanted = (set(runtime) - linux_runtime).union(*(set(extras.get(e, {})) for e in EXTRAS_IN_ENVIRONMENT_YML))
     assert conda_env["names"] == wanted, (
         f"environment.yml lacks {sorted(wanted - conda_env['names'])}, "
         f"has extra {sorted(conda_env['names'] - wanted)}"
     )
 
 
-def test_binder_names_runtime_packages(runtime, extras, binder_env):
+def test_binder_names_runtime_packages(runtime, linux_runtime, extras, binder_env):
     allowed = set(runtime).union(*(set(reqs) for reqs in extras.values()))
-    assert set(runtime) <= binder_env["names"], f"binder/environment.yml lacks {sorted(set(runtime) - binder_env['names'])}"
+    wanted = set(runtime) - linux_runtime
+    assert wanted <= binder_env["names"], f"binder/environment.yml lacks {sorted(wanted - binder_env['names'])}"
     assert binder_env["names"] <= allowed, f"binder/environment.yml names unknown {sorted(binder_env['names'] - allowed)}"
 
 
@@ -257,6 +276,30 @@ def test_every_package_gpulab_imports_is_a_runtime_dependency(runtime):
     assert not undeclared, f"gpulab imports modules whose package pyproject.toml does not list: {undeclared}"
 
 
+def test_linux_only_dependencies_are_installed_where_conda_cannot_say_linux(linux_runtime, constraints, conda_env):
+    """triton: pip installs it through environment.yml's `-e .` (the marker holds there); Binder's postBuild
+    installs the pinned version (Binder is Linux, and its `pip install --no-deps -e .` would skip it)."""
+    assert linux_runtime == {"triton"}, "the Linux-only runtime dependencies changed: check this rule still fits"
+    assert not linux_runtime & conda_env["names"], "environment.yml must leave Linux-only packages to `pip: -e .`"
+    post = (ROOT / "binder" / "postBuild").read_text()
+    for name in sorted(linux_runtime):
+        assert re.search(rf"^\s*(python -m )?pip install --no-deps -c constraints\.txt {name}\s*$", post, re.M), (
+            f"binder/postBuild must install {name} at constraints.txt's pin: pip install --no-deps -c constraints.txt {name}")
+
+
+def test_triton_pin_is_the_one_torchs_cuda_build_requires(constraints):
+    """torch 2.13's CUDA wheels require triton==3.7.1 on Linux; a CPU build requires none (then nothing to compare)."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        needs = [r for r in requires("torch") or [] if r.replace(" ", "").startswith("triton==")]
+    except PackageNotFoundError:
+        needs = []
+    for requirement in needs:
+        assert requirement.split(";")[0].strip() == f"triton=={constraints['triton']}", (
+            f"the installed torch requires {requirement!r}; constraints.txt pins triton=={constraints['triton']}")
+
+
 # ---- the readers reject what they cannot read -----------------------------------------------------
 
 
@@ -268,6 +311,8 @@ def test_parse_requirement_rejects_unsupported(text):
 
 def test_parse_requirement_and_conda_spec():
     assert parse_requirement("Scikit_Learn >= 1.3") == ("scikit-learn", ">=1.3")
+    assert parse_requirement("triton>=3.2; sys_platform == 'linux'") == ("triton", ">=3.2")
+    assert linux_only('triton>=3.2 ; sys_platform == "linux"') and not linux_only("triton>=3.2")
     assert parse_requirement("nbval==0.11.*") == ("nbval", "==0.11.*")
     assert parse_conda_spec("pytorch >=2.6 cpu*") == ("torch", ">=2.6", "cpu*")
     assert parse_conda_spec("pytorch-cpu") == ("torch", "", "")

@@ -193,3 +193,19 @@ def test_the_boston_loop_step_reads_what_the_benchmark_returns(measure, tmp_path
         (place, loop) for place in places for loop in ("article", "article + loss.item()", "gpulab fit")]
     assert all(row["epochs_per_s"] > 0 for row in step["rows"])
     assert "article + loss.item()" in gpu_reference.recorded("boston_loop", directory=tmp_path / "reference")
+
+
+def test_the_triton_step_records_notebook_14s_kernels_on_a_gpu_and_says_why_not_without_one(measure, tmp_path):
+    """Without CUDA the step is skipped with its reason; with it, rows and inductor's kernel that notebook 14 reads."""
+    assert measure.main([str(tmp_path), "--dry-run", "--only", "triton"]) == 0
+    step = _file(tmp_path)["steps"]["triton"]
+    if not measure.torch.cuda.is_available():
+        assert step["status"] == "skipped" and "need a CUDA device" in step["reason"], step
+        return
+    assert step["status"] == "ok", step
+    assert step["source"].startswith("@triton.jit") and "inductor wrote triton_" in step["note"]
+    from gpulab.kernels import measure as kernels_measure
+
+    where, rows, source = kernels_measure.recorded(tmp_path / "reference")
+    assert source == step["source"] and "[dry run]" in where
+    assert {r["kernel"] for r in rows} == {"vector add", "softmax over rows", "matmul", "matmul error"}

@@ -30,6 +30,8 @@ WHERE: dict[str, tuple[str, str]] = {
     "11": ("roofline", "QUESTIONS_11"),
     "12": ("tensor_parallel", "QUESTIONS_12"),
     "13": ("pipelines", "QUESTIONS_13"),
+    "14": ("kernels", "QUESTIONS_14"),
+    "15": ("context_and_experts", "QUESTIONS_15"),
 }
 
 

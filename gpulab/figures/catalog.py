@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from gpulab.figures import (collectives, data_parallel, ddp, failures, hardware, memory, pipelines, profiling,
-                            tensor_parallel, transfers)
+from gpulab.figures import (collectives, context_and_experts, data_parallel, ddp, failures, hardware, kernels,
+                            memory, pipelines, profiling, tensor_parallel, transfers)
 
-MODULES = (hardware, transfers, data_parallel, ddp, memory, collectives, failures, profiling, tensor_parallel, pipelines)
+MODULES = (hardware, transfers, data_parallel, ddp, memory, collectives, failures, profiling, tensor_parallel, pipelines,
+           kernels, context_and_experts)
 
 
 def _collect() -> dict[str, Callable]:
