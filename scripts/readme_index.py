@@ -102,11 +102,11 @@ def read_header(path: Path, edition: Edition = EN) -> Header:
 
 # The course's two parts, by notebook number: (first number, heading). A part with no notebook is left out.
 PARTS = (("01", "**Part 1 · The course:** the article's topics, rebuilt and measured."),
-         ("08", "**Part 2 · Going further:** sharding, collectives, debugging, profiling, tensor and pipeline parallelism and choosing a layout, all real on CPU ranks."))
+         ("08", "**Part 2 · Going further:** sharding, collectives, debugging, profiling, tensor and pipeline parallelism, choosing a layout, Triton kernels, and long sequences and mixtures of experts; all real on a CPU (ranks as processes, kernels in Triton's interpreter)."))
 
 
 PARTS_ZH = (("01", "**第一部分 · 课程**：原文的各个主题，逐一重建并实测。"),
-            ("08", "**第二部分 · 进阶**：分片、集合通信、调试、性能分析、张量并行与流水线并行，以及如何选择并行布局，全部在 CPU 进程上真实运行。"))
+            ("08", "**第二部分 · 进阶**：分片、集合通信、调试、性能分析、张量并行与流水线并行、如何选择并行布局、Triton 核函数，以及长序列与混合专家；全部在 CPU 上真实运行（多个进程充当各个 rank，核函数在 Triton 解释器中运行）。"))
 HEAD_EN = "| # | Notebook | What you will learn | CPU run time |"
 HEAD_ZH = "| # | 笔记本 | 你将学到 | CPU 运行时间 |"
 

@@ -37,7 +37,7 @@ INTRO_MIN = {"core": 10, "full": 10, "further": 10}  # welcome, the day's goals,
 TARGET_MIN = {"core": 120, "full": 240, "further": 480}  # what is left is slack: questions, set-up trouble
 PLAN_NAMES = {"core": "Core plan", "full": "Full plan", "further": "Going further"}
 # The notebooks (first, last) a plan covers; a plan not named here covers every notebook.
-SCOPE = {"core": ("01", "07"), "full": ("01", "07"), "further": ("08", "13")}
+SCOPE = {"core": ("01", "07"), "full": ("01", "07"), "further": ("08", "15")}
 UNMEASURED = "Not measured yet: run `make timings` on an idle machine."
 AFTER, DEMO, OUT = "after class", "demo", "-"
 # The 2-hour core plan is the path from one GPU to many (01-05); 06 and 07 follow after class or in a second
@@ -70,7 +70,11 @@ PLAN: dict[str, dict[str, dict[str, str]]] = {
         "06": {"4. Is the model any good": AFTER, "5. Repeated evaluation": AFTER},
         "07": {"1. \"Use an even number": AFTER, "2. \"Don't use several GPUs": AFTER, "Where to go next": AFTER},
     },
-    "further": {},
+    # A day for 08-15: the self-check questions are homework, and two side sections are left for after class
+    # (a vocabulary that does not divide the ranks; fewer micro-batches than stages).
+    "further": {**{nb: {QUIZ: AFTER} for nb in ("08", "09", "10", "11", "14", "15")},
+                "12": {"6. A vocabulary that does not divide": AFTER, QUIZ: AFTER},
+                "13": {"5. Fewer micro-batches than stages": AFTER, QUIZ: AFTER}},
 }
 
 
