@@ -5,7 +5,7 @@
     python scripts/readme_index.py --nav      # also rewrite the navigation line in each notebook's last cell
 
 The Chinese edition's index in README.zh-CN.md is generated the same way from notebooks/zh/*.ipynb, whose
-title cells read ``# NN · 标题`` / ``**你将学到**：…`` / ``**运行时间**：在 CPU 笔记本上约 N 秒……`` (the colon
+title cells read ``# NN · 标题`` / ``**你将学到**：…`` / ``**运行时间**：在只有 CPU 的笔记本电脑上约 N 秒……`` (the colon
 outside the bold: a bold span that ends in a full-width colon does not close before a Chinese character).
 
 Every notebook's first cell is markdown of this shape (one line each):
@@ -73,8 +73,8 @@ EN = Edition(re.compile(r"^\*\*You will learn:\*\* (\S.*?)\s*$"),
              re.compile(r"^\*\*Runs in:\*\* (about \S.*?) on a CPU laptop, (\S.*?)\s*$"),
              "'# NN · Title' / '**You will learn:** ...' / '**Runs in:** about N s on a CPU laptop, ...'", "")
 ZH = Edition(re.compile(r"^\*\*你将学到\*\*：\s*(\S.*?)\s*$"),
-             re.compile(r"^\*\*运行时间\*\*：\s*在 CPU 笔记本上(约[^，。]*)"),
-             "'# NN · 标题' / '**你将学到**：……' / '**运行时间**：在 CPU 笔记本上约 N 秒……'", "zh/")
+             re.compile(r"^\*\*运行时间\*\*：\s*在只有 CPU 的笔记本电脑上(约[^，。]*)"),
+             "'# NN · 标题' / '**你将学到**：……' / '**运行时间**：在只有 CPU 的笔记本电脑上约 N 秒……'", "zh/")
 
 
 def parse_header(filename: str, cell: dict, edition: Edition = EN) -> Header:
