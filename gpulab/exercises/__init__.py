@@ -19,8 +19,11 @@ class Feedback:
 
     ok: bool
     message: str
+    lang: str = "en"  # "zh": the verdict's word in Chinese (the Chinese edition, gpulab.exercises.chinese)
 
     def __str__(self) -> str:
+        if self.lang == "zh":
+            return f"{'正确' if self.ok else '还不对'}：{self.message}"
         return f"{'Correct' if self.ok else 'Not yet'}: {self.message}"
 
     def __repr__(self) -> str:
@@ -97,12 +100,17 @@ class Question:
     def letters(self) -> str:
         return LETTERS[: len(self.options)]
 
+    def letter_of(self, answer: object) -> str | None:
+        """The option letter ``answer`` names (``"b"``, ``"B)"``, ``" b "``), or None when it names none."""
+        letter = answer.strip().rstrip(")").lower() if isinstance(answer, str) else None
+        return letter if letter in tuple(self.letters) else None
+
     def check(self, answer: object) -> Feedback:
         """The verdict on ``answer``: a letter for a multiple-choice question, a value otherwise."""
         if self.grade is not None:
             return self.grade(answer)
-        letter = answer.strip().rstrip(")").lower() if isinstance(answer, str) else None
-        if letter not in tuple(self.letters):
+        letter = self.letter_of(answer)
+        if letter is None:
             return wrong(f"answer with the letter of one option ({', '.join(self.letters)}), got {answer!r}")
         option = self.options[self.letters.index(letter)]
         return correct(option.why) if letter == self.answer else wrong(f"{letter}) {option.why}")

@@ -12,8 +12,14 @@ from __future__ import annotations
 import ast
 import html
 import re
-from gpulab.exercises import Feedback, Question
+from gpulab.exercises import Feedback, Question, chinese
 from gpulab.exercises.questions import QUESTIONS
+
+#: the widgets' own words in each edition
+WORDS = {"en": {"title": "Check yourself: notebook {key}", "or": "or in code", "button": "Check",
+                "example": "for example {example}", "blank": "your answer"},
+         "zh": {"title": "自我检查：笔记本 {key}", "or": "也可以用代码", "button": "检查",
+                "example": "例如 {example}", "blank": "你的答案"}}
 
 def notebook_key(notebook: object) -> str:
     """``"04"`` for ``4``, ``"4"``, ``"04"`` or ``"04_data_parallel"``."""
@@ -29,11 +35,25 @@ def questions(notebook: object) -> tuple[Question, ...]:
     return QUESTIONS[notebook_key(notebook)]
 
 
-def check(notebook: object, question: int, answer: object) -> Feedback:
-    """Check ``answer`` to question ``question`` (1, 2, ...) of ``notebook``."""
+def _language(lang: str | None) -> str:
+    if lang is None:
+        return chinese.language()
+    if lang not in chinese.LANGUAGES:
+        raise ValueError(f"lang={lang!r}: use one of {', '.join(chinese.LANGUAGES)}, or None for the notebook's edition")
+    return lang
+
+
+def check(notebook: object, question: int, answer: object, lang: str | None = None) -> Feedback:
+    """Check ``answer`` to question ``question`` (1, 2, ...) of ``notebook``.
+
+    ``lang``: ``"en"`` or ``"zh"``; None: the edition the notebook runs in (:func:`gpulab.exercises.chinese.language`).
+    """
     found = questions(notebook)
     if isinstance(question, bool) or not isinstance(question, int) or not 1 <= question <= len(found):
         raise ValueError(f"question={question!r}: notebook {notebook_key(notebook)} has questions 1 to {len(found)}")
+    if _language(lang) == "zh":
+        key = notebook_key(notebook)
+        return chinese.check_in_chinese(chinese.in_chinese(key, question, found[question - 1]), answer)
     return found[question - 1].check(answer)
 
 
@@ -58,31 +78,39 @@ def _feedback_html(feedback: Feedback) -> str:
     return f'<span style="color:{color}">{_html(str(feedback))}</span>'
 
 
-def _question_box(number: int, q: Question):
+def _question_box(number: int, q: Question, lang: str = "en"):
     import ipywidgets as widgets
 
+    words = WORDS[lang]
     prompt = widgets.HTML(f"<b>{number}.</b> {_html(q.prompt)}")
     if q.options:
         labels = [(f"{letter}) {o.text}", letter) for letter, o in zip(q.letters, q.options)]
         entry = widgets.RadioButtons(options=labels, value=None, layout=widgets.Layout(width="auto"))
     else:
-        entry = widgets.Text(placeholder=f"for example {q.example}" if q.example else "your answer")
-    button = widgets.Button(description="Check")
+        entry = widgets.Text(placeholder=words["example"].format(example=q.example) if q.example else words["blank"])
+    button = widgets.Button(description=words["button"])
     verdict = widgets.HTML()
 
     def on_click(_button) -> None:
         answer = entry.value if q.options else parse_typed(entry.value)
-        verdict.value = _feedback_html(q.check(answer))
+        verdict.value = _feedback_html(chinese.check_in_chinese(q, answer) if lang == "zh" else q.check(answer))
 
     button.on_click(on_click)
     return widgets.VBox([prompt, entry, widgets.HBox([button, verdict])])
 
 
-def quiz(notebook: object):
-    """The notebook's questions as widgets, one box each; the last line of a cell displays it."""
+def quiz(notebook: object, lang: str | None = None):
+    """The notebook's questions as widgets, one box each; the last line of a cell displays it.
+
+    ``lang``: ``"en"`` or ``"zh"``; None: the edition the notebook runs in (a kernel in ``notebooks/zh``: Chinese).
+    """
     import ipywidgets as widgets
 
-    key = notebook_key(notebook)
-    boxes = [_question_box(i, q) for i, q in enumerate(questions(key), start=1)]
-    intro = widgets.HTML(f"<b>Check yourself: notebook {key}</b> (or in code: <code>check(\"{key}\", 1, \"a\")</code>)")
+    key, lang = notebook_key(notebook), _language(lang)
+    words = WORDS[lang]
+    shown = [chinese.in_chinese(key, i, q) if lang == "zh" else q for i, q in enumerate(questions(key), start=1)]
+    boxes = [_question_box(i, q, lang) for i, q in enumerate(shown, start=1)]
+    code = f'<code>check("{key}", 1, "a")</code>'
+    intro = widgets.HTML(f"<b>{words['title'].format(key=key)}</b> ({words['or']}: {code})" if lang == "en"
+                         else f"<b>{words['title'].format(key=key)}</b>（{words['or']}：{code}）")
     return widgets.VBox([intro, *boxes])

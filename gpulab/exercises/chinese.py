@@ -1,0 +1,76 @@
+"""The self-check questions in Chinese, for the Chinese edition (``notebooks/zh/``).
+
+``quiz_zh.json`` beside this module holds, for each notebook and question, the Chinese prompt, options and
+reasons, with the hash of the English they translate (:func:`english_hash`). A changed English question fails
+``tests/test_quiz_zh.py`` until its translation follows, the way the notebooks' catalogues work.
+
+The zh notebooks run the same code as the English ones (``quiz("04")``): :func:`language` tells the editions
+apart by where the kernel runs. Jupyter starts a notebook's kernel in the notebook's folder, so a folder ``zh``
+inside ``notebooks`` means Chinese. ``GPULAB_LANG=en`` or ``zh`` overrides it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from gpulab.exercises import Feedback, Option, Question
+
+CATALOG = Path(__file__).with_name("quiz_zh.json")
+LANGUAGES = ("en", "zh")
+ENV = "GPULAB_LANG"
+
+
+def english_hash(question: Question) -> str:
+    """The first 16 hex digits of the SHA-256 of a question's English text: it changes when the text does."""
+    text = json.dumps([question.prompt, [[o.text, o.why] for o in question.options], question.example],
+                      ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def language(cwd: str | Path | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """``"zh"`` in a kernel started in ``notebooks/zh`` (or with ``GPULAB_LANG=zh``), else ``"en"``."""
+    environ = os.environ if environ is None else environ
+    asked = environ.get(ENV, "").strip().lower()
+    if asked:
+        if asked not in LANGUAGES:
+            raise ValueError(f"{ENV}={asked!r}: use one of {', '.join(LANGUAGES)}")
+        return asked
+    here = Path.cwd() if cwd is None else Path(cwd)
+    return "zh" if here.name == "zh" and here.parent.name == "notebooks" else "en"
+
+
+@functools.cache
+def catalog() -> dict:
+    """The Chinese questions by notebook (``"04"``) and number (``"1"``)."""
+    return json.loads(CATALOG.read_text(encoding="utf-8"))
+
+
+def entry(notebook: str, number: int) -> dict | None:
+    """Question ``number`` of ``notebook`` in the catalogue, or None."""
+    return catalog().get(notebook, {}).get(str(number))
+
+
+def in_chinese(notebook: str, number: int, question: Question) -> Question:
+    """The question with its Chinese prompt, options and reasons.
+
+    A question without a current translation (its English changed since) stays in English: the tests keep the
+    committed catalogue current, and a learner's own edit should not break the quiz.
+    """
+    found = entry(notebook, number)
+    if found is None or found.get("en") != english_hash(question) or len(found["options"]) != len(question.options):
+        return question
+    options = tuple(Option(o["text"], o["why"]) for o in found["options"])
+    return Question(found["prompt"], options, question.answer, question.grade, question.example)
+
+
+def check_in_chinese(question: Question, answer: object) -> Feedback:
+    """``question.check(answer)`` with the verdict in Chinese; a value question's own message stays as it is."""
+    if question.options and question.letter_of(answer) is None:
+        return Feedback(False, f"请用一个选项的字母作答（{'、'.join(question.letters)}），你给的是 {answer!r}", "zh")
+    found = question.check(answer)
+    return Feedback(found.ok, found.message, "zh")
