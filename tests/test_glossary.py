@@ -1,4 +1,4 @@
-"""GLOSSARY.md, English and 中文: every term a notebook defines (in bold) is there, and each notebook links it.
+"""GLOSSARY.md, English and 中文 (each meaning in both): every term a notebook defines (in bold) is there, and each notebook links it.
 
 A term is defined where a notebook writes it in **bold**. A few bold words are labels, not terms
 (``**You will learn:**``, ``**Fix:**``, ``**Verdict: ...**``): bold text ending in a colon, or starting
@@ -23,13 +23,16 @@ BOLD = re.compile(r"\*\*([^*\n]+?)\*\*")
 
 
 def glossary_rows() -> list[dict]:
-    """The glossary's table rows: terms (with variants), Chinese, meaning, first notebook."""
+    """The glossary's table rows: terms (with variants), Chinese, meaning, meaning in Chinese, first notebook."""
     rows = []
     for line in GLOSSARY.read_text(encoding="utf-8").splitlines():
         if not line.startswith("| <a id="):
             continue
-        term, zh, meaning, first = (c.strip() for c in line.strip().strip("|").split("|"))
-        rows.append({"terms": [t.lower() for t in BOLD.findall(term)], "zh": zh, "meaning": meaning, "first": first})
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        assert len(cells) == 5, f"a glossary row needs 5 cells (Term | 中文 | Meaning | 含义 | First in): {line}"
+        term, zh, meaning, meaning_zh, first = cells
+        rows.append({"terms": [t.lower() for t in BOLD.findall(term)], "zh": zh, "meaning": meaning,
+                     "meaning_zh": meaning_zh, "first": first})
     return rows
 
 
@@ -74,8 +77,16 @@ def test_the_glossary_has_enough_terms_each_with_chinese_and_one_line():
     for row in rows:
         assert row["terms"] and CJK.search(row["zh"]), row
         assert 3 <= len(row["meaning"].split()) <= 40 and "\n" not in row["meaning"], row
+        assert CJK.search(row["meaning_zh"]) and "\n" not in row["meaning_zh"], row
+        assert row["meaning_zh"] != row["meaning"] and not CJK.search(row["meaning"]), row
         assert re.match(r"^\[\d\d\]\(notebooks/\d\d_\w+\.ipynb\)$", row["first"]), row
         assert (ROOT / re.search(r"\((.+)\)", row["first"]).group(1)).is_file(), row
+
+
+def test_the_table_header_has_the_chinese_meaning_column():
+    lines = GLOSSARY.read_text(encoding="utf-8").splitlines()
+    assert "| Term | 中文 | Meaning | 含义 | First in |" in lines
+    assert "|---|---|---|---|---|" in lines
 
 
 def test_no_term_is_listed_twice():
