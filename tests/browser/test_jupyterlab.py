@@ -42,3 +42,6 @@ def test_notebook_runs_cleanly_in_jupyterlab(name, lab, page, screenshot_dir):
     )
     problems = find_problems(expected, cells)
     assert not problems, "\n".join(problems)
+    if name == ZH_NOTEBOOK:  # the same code asks its self-check questions in Chinese there (gpulab.exercises.chinese)
+        assert page.get_by_text("自我检查：笔记本 04").count() >= 1, "the zh quiz's title is not in Chinese"
+        assert page.get_by_role("button", name="检查", exact=True).count() >= 1, "the zh quiz has no 检查 button"
