@@ -8,8 +8,8 @@ A catalogue, notebooks/zh/catalog/NN_topic.json, holds one entry per markdown ce
 keyed by the cell's id: ``{"en": HASH, "zh": "the cell in Chinese"}``, where HASH is :func:`cell_hash` of
 the English source it translates. Code cells and their outputs are copied from the English notebook as they
 are, so nothing re-runs and nothing can differ. Links in a translation are written as in the English cell;
-the build points them at the right place from notebooks/zh/ (a link to another notebook stays in zh/, any
-other relative path gains ``../``). Never edit notebooks/zh/*.ipynb by hand: change the catalogue and rebuild.
+the build points them at the right place from notebooks/zh/ (a link to another notebook stays in zh/, a
+schematic drawn in Chinese is the one in notebooks/zh/figures/, any other relative path gains ``../``). Never edit notebooks/zh/*.ipynb by hand: change the catalogue and rebuild.
 """
 
 from __future__ import annotations
@@ -92,6 +92,8 @@ def relink(markdown: str, anchors: dict[str, dict[str, str]] | None = None, here
                 anchor = anchors.get(page or here, {}).get(anchor, anchor)
                 return f"{m.group(1)}{page}#{anchor}{m.group(3)}"
             return m.group(0)
+        if page.startswith("figures/") and (ZH / page).is_file():
+            return m.group(0)  # a schematic drawn in Chinese (scripts/make_figures.py): notebooks/zh/figures/
         return f"{m.group(1)}../{target}{m.group(3)}"
     return LINK.sub(fix, markdown)
 

@@ -13,13 +13,17 @@ matplotlib.use("Agg")
 
 from scripts_loader import load_script  # noqa: E402
 
-from gpulab.figures import canvas, has_title, save_svg  # noqa: E402
+import matplotlib.pyplot  # noqa: E402
+import matplotlib.text  # noqa: E402
+
+from gpulab.figures import canvas, chinese, has_title, save_svg  # noqa: E402
 from gpulab.figures.catalog import STATIC  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "notebooks" / "figures"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
+CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 def _embedded() -> list[tuple[str, int, str, str]]:
@@ -35,6 +39,43 @@ def _embedded() -> list[tuple[str, int, str, str]]:
 def test_every_schematic_file_is_what_the_code_draws():
     stale = load_script("make_figures").out_of_date(FOLDER)
     assert not stale, f"run `python scripts/make_figures.py`: out of date {stale}"
+
+
+def test_every_chinese_schematic_is_what_the_code_draws():
+    make = load_script("make_figures")
+    stale = make.out_of_date(make.ZH_FOLDER, "zh")
+    assert not stale, f"run `python scripts/make_figures.py`: out of date in notebooks/zh/figures/: {stale}"
+
+
+def test_every_label_has_its_chinese_and_every_chinese_label_is_used():
+    missing, used = {}, set()
+    for name, draw in STATIC.items():
+        fig = draw()
+        used |= {t.get_text() for t in fig.findobj(matplotlib.text.Text)}
+        missing[name] = chinese.translate(fig)
+        matplotlib.pyplot.close(fig)
+    missing = {name: labels for name, labels in missing.items() if labels}
+    assert not missing, f"add these labels to gpulab/figures/zh_texts.json: {missing}"
+    unused = sorted(set(chinese.table()) - used)
+    assert not unused, f"labels no schematic draws any more (their English changed?): {unused}"
+    assert all(CJK.search(zh) for zh in chinese.table().values())
+
+
+@pytest.mark.parametrize(("text", "needs"), [("rank 0", False), ("GPU 0 -> GPU 1", False), ("all_reduce", False),
+                                             ("`x.to(device)`", False), ("4 GB", False),
+                                             ("the CPU copies it", True), ("pinned", True)])
+def test_which_labels_need_a_translation(text, needs):
+    assert chinese.needs_translation(text) is needs
+
+
+def test_the_chinese_notebooks_embed_the_chinese_schematics():
+    for path in sorted((ROOT / "notebooks" / "zh").glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            for _, target in IMAGE.findall("".join(cell["source"])) if cell["cell_type"] == "markdown" else []:
+                if target.endswith(".svg"):
+                    assert target.startswith("figures/"), (path.name, target)
+                    drawn = (path.parent / target).read_text(encoding="utf-8")
+                    assert CJK.search(drawn), (path.name, target)
 
 
 def test_saving_is_repeatable(tmp_path):
