@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what `make test-browser` needs on a fresh machine, and nothing when it is already there:
 #   - Debian's Chromium at /usr/bin/chromium (apt-get; no browser download from elsewhere);
+#   - a Chinese font (Debian's fonts-wqy-microhei) where the machine has none, for the Chinese edition;
 #   - Playwright for Python into the project's venv, from the `browser` extra under constraints.txt.
 #     Its pip package carries its own driver, and the tests point it at /usr/bin/chromium, so
 #     `playwright install` is never needed.
@@ -24,6 +25,15 @@ if [ ! -x "$CHROMIUM" ]; then
     DEBIAN_FRONTEND=noninteractive timeout 900 $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 "$CHROMIUM" --version 2>/dev/null  # (Debian's wrapper prints a harmless shell warning on stderr)
+
+# A Chinese font, so the Chinese edition's page shows characters, not empty boxes (the browser test checks it).
+if command -v fc-list >/dev/null 2>&1 && [ -z "$(fc-list :lang=zh family 2>/dev/null)" ] && command -v apt-get >/dev/null 2>&1; then
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    echo "Installing a Chinese font, WenQuanYi Micro Hei (once)..."
+    DEBIAN_FRONTEND=noninteractive timeout 600 $SUDO apt-get install -y -qq fonts-wqy-microhei >/dev/null \
+        || { timeout 600 $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 $SUDO apt-get install -y -qq fonts-wqy-microhei >/dev/null; }
+fi
 
 if [ ! -x "$VENV/bin/python" ]; then
     echo "error: $VENV/bin/python is missing: run 'make install' first" >&2

@@ -20,6 +20,20 @@ ZH_NOTEBOOK = "zh/04_data_parallel.ipynb"
 NOTEBOOK_TIMEOUT = float(os.environ.get("GPULAB_BROWSER_NB_TIMEOUT", "180"))
 
 
+def draws_differently(page, first: str, second: str) -> bool:
+    """Whether the page's font draws two characters with different pixels: a character the fonts lack is an
+    empty box, the same for every such character (two private-use characters show it)."""
+    return page.evaluate("""([a, b]) => {
+        const font = getComputedStyle(document.querySelector('.jp-RenderedMarkdown') || document.body).fontFamily;
+        const pixels = (ch) => {
+            const canvas = document.createElement('canvas'); canvas.width = 64; canvas.height = 64;
+            const g = canvas.getContext('2d'); g.font = '48px ' + font; g.fillText(ch, 4, 52);
+            return Array.from(g.getImageData(0, 0, 64, 64).data).join(',');
+        };
+        return pixels(a) !== pixels(b);
+    }""", [first, second])
+
+
 @pytest.mark.parametrize("name", [*NOTEBOOKS, ZH_NOTEBOOK])
 def test_notebook_runs_cleanly_in_jupyterlab(name, lab, page, screenshot_dir):
     start = time.monotonic()
@@ -42,6 +56,9 @@ def test_notebook_runs_cleanly_in_jupyterlab(name, lab, page, screenshot_dir):
     )
     problems = find_problems(expected, cells)
     assert not problems, "\n".join(problems)
+    if name == ZH_NOTEBOOK:  # the page draws Chinese characters, not the same empty box for each
+        assert not draws_differently(page, "\ue000", "\ue001"), "the check cannot tell empty boxes apart"
+        assert draws_differently(page, "中", "国"), "Chinese shows as empty boxes: install a Chinese font"
     if name == ZH_NOTEBOOK:  # the same code asks its self-check questions in Chinese there (gpulab.exercises.chinese)
         assert page.get_by_text("自我检查：笔记本 04").count() >= 1, "the zh quiz's title is not in Chinese"
         assert page.get_by_role("button", name="检查", exact=True).count() >= 1, "the zh quiz has no 检查 button"
