@@ -242,7 +242,8 @@ def course_wheel(folder: Path) -> Path:
 
 
 def write_answers(src: Path, path: Path, out: Path | None = None) -> None:
-    """The teacher's answer key (``gpulab.course.answer_key``) of the notebooks in ``src``, kept out of ``out``."""
+    """The teacher's answer key (``gpulab.course.answer_key``) of the notebooks in ``src``, kept out of ``out``;
+    the Chinese edition's key (``src/zh``) beside it, named by :func:`zh_key`."""
     from gpulab.atomic import atomic_write
     from gpulab.course.answer_key import document
 
@@ -252,6 +253,15 @@ def write_answers(src: Path, path: Path, out: Path | None = None) -> None:
     text = document(sorted(Path(src).glob("*.ipynb")), SOLUTION)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    zh = sorted((Path(src) / "zh").glob("*.ipynb"))
+    if zh:  # the Chinese edition's key beside it: answers.zh-CN.md
+        text_zh = document(zh, SOLUTION, lang="zh")
+        atomic_write(zh_key(path), lambda tmp: tmp.write_text(text_zh, encoding="utf-8"))
+
+
+def zh_key(path: Path) -> Path:
+    """Where the Chinese edition's answer key goes beside ``path``: ``answers.md`` -> ``answers.zh-CN.md``."""
+    return Path(path).with_name(f"{Path(path).stem}.zh-CN{Path(path).suffix}")
 
 
 def run_notebook(path: Path, timeout: int = 300) -> tuple[dict, str]:

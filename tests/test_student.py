@@ -510,3 +510,21 @@ def load_course():
     module = sys.modules.setdefault("gpulab_course", importlib.util.module_from_spec(spec))
     spec.loader.exec_module(module)
     return module
+
+
+def test_the_chinese_edition_has_its_own_key(tmp_path):
+    """answers.zh-CN.md beside answers.md: the zh notebooks' titles and every question in Chinese."""
+    from gpulab.exercises import chinese
+    from gpulab.exercises.questions import QUESTIONS
+
+    student.write_answers(ROOT / "notebooks", tmp_path / "answers.md")
+    key = (tmp_path / "answers.zh-CN.md").read_text(encoding="utf-8")
+    assert key.startswith("# 参考答案") and "未能自动找到" not in key
+    for path in sorted((ROOT / "notebooks" / "zh").glob("*.ipynb")):
+        assert f"## {source(_cells(path)[0]).splitlines()[0].lstrip('# ')}" in key, path.name
+    for notebook, found in QUESTIONS.items():
+        for i, q in enumerate(found, start=1):
+            zh = chinese.in_chinese(notebook, i, q)
+            assert zh is not q and f"{i}. {zh.prompt}" in key, (notebook, i)
+            if q.options:
+                assert f"**答案：{q.answer})** {zh.options[q.letters.index(q.answer)].text}" in key, (notebook, i)

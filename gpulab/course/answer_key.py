@@ -13,8 +13,8 @@ import ast
 import re
 from typing import Iterator
 
-from gpulab.exercises import Question
-from gpulab.exercises.quiz import questions
+from gpulab.exercises import Question, chinese
+from gpulab.exercises.quiz import notebook_key, questions
 
 NUMBER = re.compile(r"(?<![\w.])\d[\d,_]*(?:\.\d+)?(?:e[+-]?\d+)?", re.I)
 MAX_PARTS = 16  # a list answer has at most this many entries
@@ -130,37 +130,59 @@ def _shown(value: object) -> str:
     return repr(value) if not isinstance(value, float) else f"{value:g}"
 
 
-def question_lines(number: int, question: Question) -> list[str]:
-    """The markdown lines of one question in the key: the prompt, the answer and why."""
+#: the key's own words in each edition
+WORDS = {
+    "en": {"answer": "Answer: ", "wrong": "*Wrong:*", "none": "**Answer: not found automatically.** Try candidates with "
+           "`gpulab.exercises.quiz.check(NOTEBOOK, QUESTION, ANSWER)`.", "exercises": "### Exercises",
+           "questions": "### Self-check questions", "output": "Output of the run committed with the notebook:",
+           "title": "# Answer key: exercises and self-check questions",
+           "intro": "For teachers: keep it out of the learners' hands. It is generated from the notebooks' solution "
+                    "cells and from the questions in `gpulab.exercises` (`python course.py answers`); every answer "
+                    "below is one that its check calls correct."},
+    "zh": {"answer": "答案：", "wrong": "",  # each translated reason of a wrong option starts with 不对
+           "none": "**答案：未能自动找到。** 可以用 "
+           "`gpulab.exercises.quiz.check(NOTEBOOK, QUESTION, ANSWER)` 逐个试候选答案。", "exercises": "### 练习",
+           "questions": "### 自我检查题", "output": "随笔记本提交的那次运行的输出：",
+           "title": "# 参考答案：练习与自我检查题",
+           "intro": "供教师使用：请不要发给学员。它由笔记本的参考答案单元格和 `gpulab.exercises` 中的题目生成"
+                    "（`python course.py answers`）；下面每个答案都是它自己的检查判为正确的答案。"
+                    "数值题的说明来自检查本身，是英文。"},
+}
+
+
+def question_lines(number: int, question: Question, lang: str = "en") -> list[str]:
+    """The markdown lines of one question in the key: the prompt, the answer and why (``lang``: en or zh)."""
+    words = WORDS[lang]
     lines = [f"{number}. {question.prompt}", ""]
     answer = solve(question)
     if question.options:
         right = question.options[question.letters.index(answer)]
-        lines.append(f"   **Answer: {answer})** {right.text} {right.why[:1].upper() + right.why[1:]}.")
+        why = right.why[:1].upper() + right.why[1:]
+        end = "." if lang == "en" else "。"
+        lines.append(f"   **{words['answer']}{answer})** {right.text} {why}{end}")
         for letter, option in zip(question.letters, question.options):
             if letter != answer:
-                lines.append(f"   - {letter}) {option.text} *Wrong:* {option.why}.")
+                label = f"{words['wrong']} " if words["wrong"] else ""
+                lines.append(f"   - {letter}) {option.text} {label}{option.why}{end}")
     elif answer is None:
-        lines.append("   **Answer: not found automatically.** Try candidates with "
-                     "`gpulab.exercises.quiz.check(NOTEBOOK, QUESTION, ANSWER)`.")
+        lines.append(f"   {words['none']}")
     else:
         verdict = question.check(answer).message
-        lines.append(f"   **Answer: {_shown(answer)}** ({verdict[:1].upper() + verdict[1:]}.)")
+        lines.append(f"   **{words['answer']}{_shown(answer)}** ({verdict[:1].upper() + verdict[1:]}.)")
     return lines + [""]
 
 
-def notebook_lines(notebook: object) -> list[str]:
-    """Every self-check question of ``notebook`` with its answer, as markdown lines."""
+def notebook_lines(notebook: object, lang: str = "en") -> list[str]:
+    """Every self-check question of ``notebook`` with its answer, as markdown lines (in Chinese: ``lang="zh"``)."""
     lines: list[str] = []
     for i, question in enumerate(questions(notebook), start=1):
-        lines += question_lines(i, question)
+        shown = chinese.in_chinese(notebook_key(notebook), i, question) if lang == "zh" else question
+        lines += question_lines(i, shown, lang)
     return lines
 
 
-KEY_TITLE = "# Answer key: exercises and self-check questions"
-KEY_INTRO = ("For teachers: keep it out of the learners' hands. It is generated from the notebooks' solution cells "
-             "and from the questions in `gpulab.exercises` (`python course.py answers`); every answer below is "
-             "one that its check calls correct.")
+KEY_TITLE = WORDS["en"]["title"]
+KEY_INTRO = WORDS["en"]["intro"]
 
 
 def _text(cell: dict) -> str:
@@ -176,7 +198,7 @@ def _outputs(cell: dict) -> str:
     return "".join(parts).strip()
 
 
-def exercise_lines(cells: list[dict], solution_tag: str = "solution") -> list[str]:
+def exercise_lines(cells: list[dict], solution_tag: str = "solution", lang: str = "en") -> list[str]:
     """Each solution code cell under the heading of its section, with the verdict it printed."""
     lines: list[str] = []
     heading, shown = "", ""
@@ -191,28 +213,30 @@ def exercise_lines(cells: list[dict], solution_tag: str = "solution") -> list[st
             shown = heading
         lines += ["```python", _text(cell).rstrip(), "```", ""]
         if _outputs(cell):
-            lines += ["Output of the run committed with the notebook:", "", "```text", _outputs(cell), "```", ""]
+            lines += [WORDS[lang]["output"], "", "```text", _outputs(cell), "```", ""]
     return lines
 
 
-def document(notebooks: list, solution_tag: str = "solution") -> str:
-    """The whole key (markdown) for the notebook files ``notebooks`` (paths), in their order."""
+def document(notebooks: list, solution_tag: str = "solution", lang: str = "en") -> str:
+    """The whole key (markdown) for the notebook files ``notebooks`` (paths), in their order.
+
+    ``lang="zh"``: the Chinese edition's key, from the zh notebooks (titles, headings) and the Chinese questions.
+    """
     import json
     from pathlib import Path
 
-    from gpulab.exercises.quiz import notebook_key
-
-    lines = [KEY_TITLE, "", KEY_INTRO, ""]
+    words = WORDS[lang]
+    lines = [words["title"], "", words["intro"], ""]
     for path in map(Path, notebooks):
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
         title = _text(cells[0]).splitlines()[0].lstrip("#").strip() if cells else path.stem
         lines += [f"## {title}", ""]
-        exercises = exercise_lines(cells, solution_tag)
+        exercises = exercise_lines(cells, solution_tag, lang)
         if exercises:
-            lines += ["### Exercises", ""] + exercises
+            lines += [words["exercises"], ""] + exercises
         try:
             key = notebook_key(path.name[:2])
         except ValueError:  # a notebook without self-check questions
             continue
-        lines += ["### Self-check questions", ""] + notebook_lines(key)
+        lines += [words["questions"], ""] + notebook_lines(key, lang)
     return "\n".join(lines).rstrip() + "\n"
