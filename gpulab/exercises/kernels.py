@@ -195,10 +195,10 @@ QUESTIONS_14 = (
              "further from the exact result. Why?", (
                  O("Triton adds the products in a different order.",
                    "the order changes the last digits only; the gap here is larger"),
-                 O("`tl.dot` rounds float32 inputs to TF32 by default (`input_precision=\"tf32\"`), while torch "
+                 O("`tl.dot` cuts float32 inputs down to TF32 by default (`input_precision=\"tf32\"`), while torch "
                    "keeps float32 unless TF32 is allowed.",
                    "TF32 keeps fewer digits and runs on the Tensor Cores; pass input_precision=\"ieee\" for true float32"),
                  O("The GPU's float32 numbers are less precise than the CPU's.",
-                   "no: float32 is the same format everywhere; the inputs were rounded to TF32"),
+                   "no: float32 is the same format everywhere; the inputs were cut down to TF32"),
              ), answer="b"),
 )
