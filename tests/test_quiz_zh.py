@@ -19,22 +19,11 @@ CODE = re.compile(r"`[^`]+`")
 NUMBER_ONLY = re.compile(r"[\d.,\s]+[A-Za-z]{0,3}\.?")
 
 
-def stale_entries(questions=QUESTIONS, found=None) -> list[str]:
+def stale_entries(questions=QUESTIONS) -> list[str]:
     """Every question without a current translation, as 'notebook NN question K: why'."""
-    found = chinese.catalog() if found is None else found
-    bad = []
-    for notebook in questions:
-        for number, question in enumerate(questions[notebook], start=1):
-            entry = found.get(notebook, {}).get(str(number))
-            where = f"notebook {notebook} question {number}"
-            if entry is None:
-                bad.append(f"{where}: no translation in gpulab/exercises/quiz_zh.json")
-            elif entry["en"] != chinese.english_hash(question):
-                bad.append(f"{where}: the English changed since it was translated (its hash is now "
-                           f"{chinese.english_hash(question)}): update the translation and its 'en'")
-            elif len(entry["options"]) != len(question.options):
-                bad.append(f"{where}: {len(entry['options'])} translated options for {len(question.options)}")
-    return bad
+    return [f"notebook {notebook} question {number}: {why}" for notebook in questions
+            for number, question in enumerate(questions[notebook], start=1)
+            if (why := chinese.stale(notebook, number, question))]
 
 
 def test_every_question_has_a_current_translation():

@@ -55,15 +55,28 @@ def entry(notebook: str, number: int) -> dict | None:
     return catalog().get(notebook, {}).get(str(number))
 
 
+def stale(notebook: str, number: int, question: Question) -> str:
+    """Why question ``number`` of ``notebook`` has no current translation; "" when it has one."""
+    found = entry(notebook, number)
+    if found is None:
+        return f"no translation in gpulab/exercises/{CATALOG.name}"
+    if found.get("en") != english_hash(question):
+        return (f"the English changed since it was translated (its hash is now {english_hash(question)}): "
+                "update the translation and its 'en'")
+    if len(found["options"]) != len(question.options):
+        return f"{len(found['options'])} translated options for {len(question.options)}"
+    return ""
+
+
 def in_chinese(notebook: str, number: int, question: Question) -> Question:
     """The question with its Chinese prompt, options and reasons.
 
-    A question without a current translation (its English changed since) stays in English: the tests keep the
-    committed catalogue current, and a learner's own edit should not break the quiz.
+    A question without a current translation (:func:`stale`) stays in English: the tests keep the committed
+    catalogue current, and a learner's own edit should not break the quiz.
     """
-    found = entry(notebook, number)
-    if found is None or found.get("en") != english_hash(question) or len(found["options"]) != len(question.options):
+    if stale(notebook, number, question):
         return question
+    found = entry(notebook, number)
     options = tuple(Option(o["text"], o["why"]) for o in found["options"])
     return Question(found["prompt"], options, question.answer, question.grade, question.example)
 
