@@ -84,7 +84,10 @@ def exit_worker(code: int) -> NoReturn:
 
     With gloo, a background thread torn down at interpreter exit sometimes aborts the process
     ("terminate called without an active exception", signal 6) after a perfectly good run:
-    measured here in 3 of 16 three-rank runs, and 0 of 10 when leaving this way.
+    measured here in 3 of 16 three-rank runs, and 0 of 10 when leaving this way. A core dump
+    shows the cause (torch 2.13): gloo's worker thread frees its last work while Python finalizes,
+    and taking the GIL there ends the thread inside a destructor. Notebook 05's stand-alone script,
+    which cannot import this, drops DDP and runs ``gc.collect()`` before leaving the group instead.
     """
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
