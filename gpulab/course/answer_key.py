@@ -13,7 +13,7 @@ import ast
 import re
 from typing import Iterator
 
-from gpulab.exercises import Question, chinese
+from gpulab.exercises import Question, chinese, in_chinese
 from gpulab.exercises.quiz import notebook_key, questions
 
 NUMBER = re.compile(r"(?<![\w.])\d[\d,_]*(?:\.\d+)?(?:e[+-]?\d+)?", re.I)
@@ -168,7 +168,10 @@ def question_lines(number: int, question: Question, lang: str = "en") -> list[st
         lines.append(f"   {words['none']}")
     else:
         verdict = question.check(answer).message
-        lines.append(f"   **{words['answer']}{_shown(answer)}** ({verdict[:1].upper() + verdict[1:]}.)")
+        if lang == "zh":
+            lines.append(f"   **{words['answer']}{_shown(answer)}**（{in_chinese(verdict)}。）")
+        else:
+            lines.append(f"   **{words['answer']}{_shown(answer)}** ({verdict[:1].upper() + verdict[1:]}.)")
     return lines + [""]
 
 

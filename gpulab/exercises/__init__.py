@@ -1,7 +1,9 @@
 """Automatic checks for the notebooks' exercises, one module per notebook topic.
 
 A check never raises for a wrong answer: it returns a ``Feedback`` that prints
-``Correct: ...`` or ``Not yet: ...`` with what is wrong, so a learner can try again. A self-check
+``Correct: ...`` or ``Not yet: ...`` with what is wrong, so a learner can try again. In the Chinese edition
+(:func:`gpulab.translation.language`) it prints ``正确：...`` or ``还不对：...``, the message rendered from
+``feedback_zh.json`` (``scripts/zh_strings.py`` keeps that catalogue in step with the English here). A self-check
 question is a :class:`Question` (its options are :class:`Option`); the widgets that show them are in
 :mod:`gpulab.exercises.quiz`, the list of every notebook's questions in :mod:`gpulab.exercises.questions`.
 """
@@ -10,7 +12,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
+
+from gpulab import translation
+
+FEEDBACK_ZH = Path(__file__).with_name("feedback_zh.json")
 
 
 @dataclass(frozen=True)
@@ -19,11 +26,11 @@ class Feedback:
 
     ok: bool
     message: str
-    lang: str = "en"  # "zh": the verdict's word in Chinese (the Chinese edition, gpulab.exercises.chinese)
+    lang: str | None = None  # "en", "zh", or None: the edition the kernel runs (gpulab.translation.language)
 
     def __str__(self) -> str:
-        if self.lang == "zh":
-            return f"{'正确' if self.ok else '还不对'}：{self.message}"
+        if (self.lang or translation.language()) == "zh":
+            return f"{'正确' if self.ok else '还不对'}：{in_chinese(self.message)}"
         return f"{'Correct' if self.ok else 'Not yet'}: {self.message}"
 
     def __repr__(self) -> str:
@@ -31,6 +38,11 @@ class Feedback:
 
     def __bool__(self) -> bool:
         return self.ok
+
+
+def in_chinese(message: str) -> str:
+    """A check's English message in Chinese (``feedback_zh.json``); a message it has no template for stays."""
+    return translation.catalogue(FEEDBACK_ZH).translate(message)
 
 
 def correct(message: str) -> Feedback:

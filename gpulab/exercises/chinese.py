@@ -4,9 +4,8 @@
 reasons, with the hash of the English they translate (:func:`english_hash`). A changed English question fails
 ``tests/test_quiz_zh.py`` until its translation follows, the way the notebooks' catalogues work.
 
-The zh notebooks run the same code as the English ones (``quiz("04")``): :func:`language` tells the editions
-apart by where the kernel runs. Jupyter starts a notebook's kernel in the notebook's folder, so a folder ``zh``
-inside ``notebooks`` means Chinese. ``GPULAB_LANG=en`` or ``zh`` overrides it.
+The zh notebooks run the same code as the English ones (``quiz("04")``): :func:`gpulab.translation.language`
+tells the editions apart by where the kernel runs (a kernel in ``notebooks/zh`` speaks Chinese).
 """
 
 from __future__ import annotations
@@ -14,15 +13,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
-from collections.abc import Mapping
 from pathlib import Path
 
 from gpulab.exercises import Feedback, Option, Question
+from gpulab.translation import ENV, LANGUAGES, language  # noqa: F401 (the quiz asks here which edition runs)
 
 CATALOG = Path(__file__).with_name("quiz_zh.json")
-LANGUAGES = ("en", "zh")
-ENV = "GPULAB_LANG"
 
 
 def english_hash(question: Question) -> str:
@@ -30,18 +26,6 @@ def english_hash(question: Question) -> str:
     text = json.dumps([question.prompt, [[o.text, o.why] for o in question.options], question.example],
                       ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def language(cwd: str | Path | None = None, environ: Mapping[str, str] | None = None) -> str:
-    """``"zh"`` in a kernel started in ``notebooks/zh`` (or with ``GPULAB_LANG=zh``), else ``"en"``."""
-    environ = os.environ if environ is None else environ
-    asked = environ.get(ENV, "").strip().lower()
-    if asked:
-        if asked not in LANGUAGES:
-            raise ValueError(f"{ENV}={asked!r}: use one of {', '.join(LANGUAGES)}")
-        return asked
-    here = Path.cwd() if cwd is None else Path(cwd)
-    return "zh" if here.name == "zh" and here.parent.name == "notebooks" else "en"
 
 
 @functools.cache
@@ -82,7 +66,7 @@ def in_chinese(notebook: str, number: int, question: Question) -> Question:
 
 
 def check_in_chinese(question: Question, answer: object) -> Feedback:
-    """``question.check(answer)`` with the verdict in Chinese; a value question's own message stays as it is."""
+    """``question.check(answer)`` in Chinese: the verdict, and a value question's message from ``feedback_zh.json``."""
     if question.options and question.letter_of(answer) is None:
         return Feedback(False, f"请用一个选项的字母作答（{'、'.join(question.letters)}），你给的是 {answer!r}", "zh")
     found = question.check(answer)

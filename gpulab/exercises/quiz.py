@@ -10,6 +10,7 @@ A wrong option always says why it is wrong. Each notebook's questions live besid
 from __future__ import annotations
 
 import ast
+import dataclasses
 import html
 import re
 from gpulab.exercises import Feedback, Question, chinese
@@ -46,7 +47,7 @@ def _language(lang: str | None) -> str:
 def check(notebook: object, question: int, answer: object, lang: str | None = None) -> Feedback:
     """Check ``answer`` to question ``question`` (1, 2, ...) of ``notebook``.
 
-    ``lang``: ``"en"`` or ``"zh"``; None: the edition the notebook runs in (:func:`gpulab.exercises.chinese.language`).
+    ``lang``: ``"en"`` or ``"zh"``; None: the edition the notebook runs in (:func:`gpulab.translation.language`).
     """
     found = questions(notebook)
     if isinstance(question, bool) or not isinstance(question, int) or not 1 <= question <= len(found):
@@ -54,7 +55,7 @@ def check(notebook: object, question: int, answer: object, lang: str | None = No
     if _language(lang) == "zh":
         key = notebook_key(notebook)
         return chinese.check_in_chinese(chinese.in_chinese(key, question, found[question - 1]), answer)
-    return found[question - 1].check(answer)
+    return dataclasses.replace(found[question - 1].check(answer), lang="en")
 
 
 def parse_typed(text: str) -> object:
@@ -93,7 +94,8 @@ def _question_box(number: int, q: Question, lang: str = "en"):
 
     def on_click(_button) -> None:
         answer = entry.value if q.options else parse_typed(entry.value)
-        verdict.value = _feedback_html(chinese.check_in_chinese(q, answer) if lang == "zh" else q.check(answer))
+        verdict.value = _feedback_html(chinese.check_in_chinese(q, answer) if lang == "zh"
+                                       else dataclasses.replace(q.check(answer), lang="en"))
 
     button.on_click(on_click)
     return widgets.VBox([prompt, entry, widgets.HBox([button, verdict])])
