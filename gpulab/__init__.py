@@ -11,3 +11,10 @@ import os
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 __version__ = "0.1.0"
+
+from gpulab.translation import language as _language  # noqa: E402
+
+if _language() == "zh":  # a kernel of the Chinese edition (notebooks/zh): its plots speak Chinese too
+    from gpulab.figures.chinese import use_chinese_plots
+
+    use_chinese_plots()

@@ -253,7 +253,7 @@ def plot_against_references(mine: Sequence[BenchResult], probe: str = "matmul", 
     ax.set_xlabel("matrix side n" if probe == "matmul" else "MiB copied")
     ax.set_ylabel("GFLOP/s" if probe == "matmul" else "GB/s")
     what = f"{probe}" + (f" {dtype}" if dtype else "") + (f" {kind}" if kind and probe == "copy" else "")
-    ax.set_title(what + ("" if refs else "  (no reference result recorded yet)"))
+    ax.set_title(f"{what}: speed at each size" + ("" if refs else "  (no reference result recorded yet)"))
     if ax.get_lines():
         ax.legend(fontsize="small")
     ax.grid(True, which="both", alpha=0.3)

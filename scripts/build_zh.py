@@ -7,7 +7,9 @@
 A catalogue, notebooks/zh/catalog/NN_topic.json, holds one entry per markdown cell of the English notebook,
 keyed by the cell's id: ``{"en": HASH, "zh": "the cell in Chinese"}``, where HASH is :func:`cell_hash` of
 the English source it translates. Code cells and their outputs are copied from the English notebook as they
-are, so nothing re-runs and nothing can differ. Links in a translation are written as in the English cell;
+are, so nothing re-runs and nothing can differ, except one thing a zh kernel prints differently: an exercise's
+feedback line ("Correct: ..." / "Not yet: ...") is shown as a kernel of this edition prints it (正确：/还不对：,
+the message from gpulab/exercises/feedback_zh.json), see :func:`outputs_in_chinese`. Links in a translation are written as in the English cell;
 the build points them at the right place from notebooks/zh/ (a link to another notebook stays in zh/, a
 schematic drawn in Chinese is the one in notebooks/zh/figures/, any other relative path gains ``../``). Never edit notebooks/zh/*.ipynb by hand: change the catalogue and rebuild.
 """
@@ -26,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 from gpulab.atomic import atomic_write  # noqa: E402
+from gpulab.exercises import Feedback  # noqa: E402
 EN = ROOT / "notebooks"
 ZH = EN / "zh"
 CATALOG = ZH / "catalog"
@@ -33,6 +36,7 @@ REBUILD = "python scripts/build_zh.py"
 LINK = re.compile(r"(\]\()([^)\s]+)(\))")
 NOTEBOOK_NAME = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb(#.*)?$")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$", re.M)
+FEEDBACK_LINE = re.compile(r"^(Correct|Not yet): (.*)$", re.M)
 
 
 class OutOfStep(Exception):
@@ -126,6 +130,23 @@ def todo(notebook: Path) -> list[dict]:
     return out
 
 
+def feedback_in_chinese(text: str) -> str:
+    """``text`` with each feedback line as a zh kernel prints it."""
+    return FEEDBACK_LINE.sub(lambda m: str(Feedback(m.group(1) == "Correct", m.group(2), "zh")), text)
+
+
+def outputs_in_chinese(outputs: list[dict]) -> list[dict]:
+    """A code cell's outputs with their feedback lines in Chinese (printed or shown as a value); the rest as is."""
+    out = copy.deepcopy(outputs)
+    for output in out:
+        if "text" in output:
+            output["text"] = feedback_in_chinese("".join(output["text"])).splitlines(keepends=True)
+        plain = output.get("data", {}).get("text/plain")
+        if plain is not None:
+            output["data"]["text/plain"] = feedback_in_chinese("".join(plain)).splitlines(keepends=True)
+    return out
+
+
 def build_notebook(notebook: Path, anchors: dict[str, dict[str, str]] | None = None) -> dict:
     """The zh notebook for ``notebook``; OutOfStep naming the first cell without a current translation."""
     nb = json.loads(notebook.read_text(encoding="utf-8"))
@@ -134,7 +155,9 @@ def build_notebook(notebook: Path, anchors: dict[str, dict[str, str]] | None = N
     out = copy.deepcopy(nb)
     for cell in out["cells"]:
         if cell["cell_type"] != "markdown":
-            continue  # code and outputs stay exactly as in English
+            if cell.get("outputs"):
+                cell["outputs"] = outputs_in_chinese(cell["outputs"])  # the code stays exactly as in English
+            continue
         entry, src = entries.get(cell["id"]), _source(cell)
         if entry is None:
             raise OutOfStep(f"{notebook.name} cell {cell['id']}: no translation in {catalog_path(notebook).name}; "

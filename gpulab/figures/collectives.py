@@ -192,8 +192,8 @@ def ring_grid(steps: Sequence[RingStep], scale: float = 0.43):
     for k, step in enumerate(steps):
         row, col = (0, 0) if step.phase == "start" else (1 if step.phase == "reduce-scatter" else 2, step.number - 1)
         cx, cy = col * pw + pw / 2, (2 - row) * ph + ph / 2 - 0.25
-        head = "start" if step.phase == "start" else f"{step.phase} step {step.number}"
-        label(ax, cx, cy + 2.2, f"{k}. {head}", fontsize=9, weight="bold")
+        head = f"{k}. start" if step.phase == "start" else f"{k}. {step.phase} step {step.number}"
+        label(ax, cx, cy + 2.2, head, fontsize=9, weight="bold")
         draw_ring_step(ax, step, x0=cx, y0=cy, fontsize=7)
     notes = ["Each step, every rank sends one chunk (here one number) to the next rank on the ring.",
              f"Reduce-scatter ({n - 1} steps): the receiver adds the chunk to its own.",

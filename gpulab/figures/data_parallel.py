@@ -50,13 +50,14 @@ def dataparallel_step(step, full_grads: dict | None = None, param: str = "layer3
         h, mid, color = height * s / rows, t - height * s / rows / 2, rank_color(k)
         small = FONT - 1 if h > 0.7 else FONT - 3
         span = f"rows {start}-{start + s - 1}" if s > 1 else f"row {start}"
-        box(ax, 0.3, t - h, 1.1, h, f"{span}\n({s} row{'s' if s > 1 else ''})", color=color, rounded=False,
+        box(ax, 0.3, t - h, 1.1, h, f"{span}\n({s} rows)" if s > 1 else f"{span}\n(1 row)", color=color, rounded=False,
             fontsize=small)
         rh = min(0.8, 0.9 * h)
         box(ax, 2.5, mid - rh / 2, 1.6, rh, f"replica {k}\n(GPU {k})", color=color, fontsize=small)
         box(ax, 5.45, t - h, 0.8, h, f"output\n({s}, 1)" if h > 0.5 else f"({s}, 1)", color=color,
             rounded=False, fontsize=small)
-        box(ax, 7.9, t - h, 0.9, h, span.replace(" ", "\n", 1) if h > 0.5 else span, color=color, rounded=False,
+        tall = (f"rows\n{start}-{start + s - 1}" if s > 1 else f"row\n{start}") if h > 0.5 else span
+        box(ax, 7.9, t - h, 0.9, h, tall, color=color, rounded=False,
             fontsize=small)
         arrow(ax, (1.4, mid), (2.5, mid))
         arrow(ax, (4.1, mid), (5.45, mid))

@@ -168,19 +168,19 @@ def crash_timeline(epochs: int, killed_after: int, resumed_from: int, kept: Sequ
         kept_epochs.append(int(match.group(1)) + 1)
     fig, ax = canvas(11, 3.9, f"This run: rank {killed_rank} killed, the group restarted from the checkpoint after epoch "
                      f"{resumed_from}", axis=True)
-    lanes = {"attempt 1": 2.0, "attempt 2 (restart)": 1.0, "history": 0.0}
+    lanes = {"attempt 1": 2.0, "attempt 2 (restart)": 1.0, "the history": 0.0}
     if history is None:
-        del lanes["history"]
+        del lanes["the history"]
     ax.barh(lanes["attempt 1"], resumed_from, left=0, height=0.42, color=rank_color(0), label="epochs trained")
     ax.barh(lanes["attempt 1"], 1, left=resumed_from, height=0.42, color="white", edgecolor=COLORS["grad"],
             hatch="///", label="epoch in progress: lost, done again")
     ax.barh(lanes["attempt 2 (restart)"], epochs - resumed_from, left=resumed_from, height=0.42,
             color=rank_color(0))
     if history is not None:
-        ax.barh(lanes["history"], epochs, left=0, height=0.42, color=COLORS["idle"])
+        ax.barh(lanes["the history"], epochs, left=0, height=0.42, color=COLORS["idle"])
         once = list(history) == list(range(epochs))
         said = f"epochs 1-{epochs}, each once" if once else f"{len(history)} entries, {len(set(history))} epochs"
-        ax.text(epochs / 2, lanes["history"], f"the finished run's history: {said}", ha="center", va="center",
+        ax.text(epochs / 2, lanes["the history"], f"the finished run's history: {said}", ha="center", va="center",
                 fontsize=FONT - 1)
     ax.plot(range(1, resumed_from + 1), [lanes["attempt 1"] + 0.3] * resumed_from, "v", ms=4,
             color=COLORS["memory"], label="checkpoint saved by rank 0")

@@ -70,6 +70,8 @@ def memory_hierarchy():
 SOURCES = ("measured here", "recorded GPU reference", "measured elsewhere", "peak on paper (spec sheet, link rate)")
 SOURCE_COLORS = dict(zip(SOURCES, (COLORS["cpu"], COLORS["gpu"], COLORS["memory"], COLORS["idle"])))
 LEVELS = ("CPU: caches and RAM", "GPU memory", "PCIe link, host to GPU")
+#: each level's label beside the bars, on two lines
+LEVEL_LABELS = dict(zip(LEVELS, ("CPU:\ncaches and RAM", "GPU memory", "PCIe link,\nhost to GPU")))
 _COPY = {"device": "copy within its memory", "h2d": "host-to-device copy"}
 
 
@@ -97,10 +99,12 @@ def _describe(result) -> str:
 
     Every setting that changes the figure is named: a CPU's thread count, pageable or pinned, non_blocking.
     """
-    who = f"this CPU, {result.threads} thread{'s' * (result.threads != 1)}" if result.device == "cpu" else result.description
-    pinned = ", pinned" if result.pinned else (", pageable" if result.kind == "h2d" else "")
-    blocking = ", non_blocking" if result.non_blocking else ""
-    return f"{who}\n{_COPY[result.kind]}{pinned}{blocking}, {result.size} MiB"
+    threads = f"this CPU, {result.threads} threads" if result.threads != 1 else "this CPU, 1 thread"
+    who = threads if result.device == "cpu" else result.description
+    pinned = "pinned" if result.pinned else ("pageable" if result.kind == "h2d" else "")
+    blocking = "non_blocking" if result.non_blocking else ""
+    how = [_COPY[result.kind], pinned, blocking, f"{result.size} MiB"]
+    return f"{who}\n{', '.join(part for part in how if part)}"
 
 
 def largest_of_each(results: Sequence) -> list:
@@ -157,7 +161,7 @@ def plot_bandwidths(bars: Sequence[Bandwidth], ax=None):
         rows = [y for y, b in zip(ys, bars) if b.level == level]
         if rows:
             ax.axhline(min(rows) - 0.5, color=COLORS["idle"], lw=0.8)
-            ax.text(1.01, (min(rows) + max(rows)) / 2, level.replace(", ", ",\n").replace(": ", ":\n"),
+            ax.text(1.01, (min(rows) + max(rows)) / 2, LEVEL_LABELS[level],
                     transform=ax.get_yaxis_transform(), va="center", fontsize=FONT - 1, weight="bold")
     ax.set_xscale("log")
     ax.set_xlim(min(b.gb_per_s for b in bars) / 2, max(b.gb_per_s for b in bars) * 4)
