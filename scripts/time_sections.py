@@ -68,7 +68,7 @@ PLAN: dict[str, dict[str, dict[str, str]]] = {
         "05": {"3. The article's code": AFTER, "4. Launching": DEMO, "7. Try it": AFTER, "8. Is it faster": AFTER,
                "9. Surviving a crash": DEMO, "10. Several machines": AFTER},
         "06": {"4. Is the model any good": AFTER, "5. Repeated evaluation": AFTER},
-        "07": {"1. \"Use an even number": AFTER, "2. \"Don't use several GPUs": AFTER, "Where to go next": AFTER},
+        "07": {"1. An even number of GPUs": AFTER, "2. Several GPUs for small data": AFTER, "Where to go next": AFTER},
     },
     # A day for 08-15: the self-check questions are homework, and two side sections are left for after class
     # (a vocabulary that does not divide the ranks; fewer micro-batches than stages).
