@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from gpulab import translation
 from gpulab.exercises import Option, Question, chinese, correct
 from gpulab.exercises.questions import QUESTIONS
 from gpulab.exercises.quiz import check, quiz
@@ -69,12 +70,12 @@ def test_check_answers_in_chinese_in_the_zh_edition():
 
 
 def test_the_edition_is_the_folder_the_kernel_runs_in(tmp_path):
-    assert chinese.language(tmp_path / "notebooks" / "zh", environ={}) == "zh"
-    assert chinese.language(tmp_path / "notebooks", environ={}) == "en"
-    assert chinese.language(tmp_path / "zh", environ={}) == "en"
-    assert chinese.language(tmp_path / "notebooks", environ={"GPULAB_LANG": "zh"}) == "zh"
+    assert translation.language(tmp_path / "notebooks" / "zh", environ={}) == "zh"
+    assert translation.language(tmp_path / "notebooks", environ={}) == "en"
+    assert translation.language(tmp_path / "zh", environ={}) == "en"
+    assert translation.language(tmp_path / "notebooks", environ={"GPULAB_LANG": "zh"}) == "zh"
     with pytest.raises(ValueError, match="GPULAB_LANG='de'"):
-        chinese.language(tmp_path, environ={"GPULAB_LANG": "de"})
+        translation.language(tmp_path, environ={"GPULAB_LANG": "de"})
 
 
 def test_the_zh_quiz_widgets_speak_chinese(monkeypatch):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gpulab import translation
+from gpulab.translation import catalogue, language
 
 FEEDBACK_ZH = Path(__file__).with_name("feedback_zh.json")
 
@@ -29,7 +29,7 @@ class Feedback:
     lang: str | None = None  # "en", "zh", or None: the edition the kernel runs (gpulab.translation.language)
 
     def __str__(self) -> str:
-        if (self.lang or translation.language()) == "zh":
+        if (self.lang or language()) == "zh":
             return f"{'正确' if self.ok else '还不对'}：{in_chinese(self.message)}"
         return f"{'Correct' if self.ok else 'Not yet'}: {self.message}"
 
@@ -42,7 +42,7 @@ class Feedback:
 
 def in_chinese(message: str) -> str:
     """A check's English message in Chinese (``feedback_zh.json``); a message it has no template for stays."""
-    return translation.catalogue(FEEDBACK_ZH).translate(message)
+    return catalogue(FEEDBACK_ZH).translate(message)
 
 
 def correct(message: str) -> Feedback:

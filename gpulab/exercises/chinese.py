@@ -16,7 +16,6 @@ import json
 from pathlib import Path
 
 from gpulab.exercises import Feedback, Option, Question
-from gpulab.translation import ENV, LANGUAGES, language  # noqa: F401 (the quiz asks here which edition runs)
 
 CATALOG = Path(__file__).with_name("quiz_zh.json")
 

@@ -15,6 +15,7 @@ import html
 import re
 from gpulab.exercises import Feedback, Question, chinese
 from gpulab.exercises.questions import QUESTIONS
+from gpulab.translation import LANGUAGES, language
 
 #: the widgets' own words in each edition
 WORDS = {"en": {"title": "Check yourself: notebook {key}", "or": "or in code", "button": "Check",
@@ -38,9 +39,9 @@ def questions(notebook: object) -> tuple[Question, ...]:
 
 def _language(lang: str | None) -> str:
     if lang is None:
-        return chinese.language()
-    if lang not in chinese.LANGUAGES:
-        raise ValueError(f"lang={lang!r}: use one of {', '.join(chinese.LANGUAGES)}, or None for the notebook's edition")
+        return language()
+    if lang not in LANGUAGES:
+        raise ValueError(f"lang={lang!r}: use one of {', '.join(LANGUAGES)}, or None for the notebook's edition")
     return lang
 
 

@@ -23,7 +23,7 @@ import os
 import re
 from pathlib import Path
 
-from gpulab import translation
+from gpulab.translation import Catalogue, catalogue as merged_catalogue
 
 TEXTS = Path(__file__).with_name("zh_texts.json")
 PLOTS = Path(__file__).with_name("plots_zh.json")
@@ -82,12 +82,12 @@ def translate(fig) -> list[str]:
     return missing
 
 
-def plot_catalogue() -> translation.Catalogue:
+def plot_catalogue() -> Catalogue:
     """The schematics' labels and the plots' templates, in one catalogue."""
-    return translation.catalogue(TEXTS, PLOTS)
+    return merged_catalogue(TEXTS, PLOTS)
 
 
-def piecewise(catalogue: translation.Catalogue, text: str) -> str:
+def piecewise(catalogue: Catalogue, text: str) -> str:
     """``text`` in Chinese: whole when a template fits, else line by line, else by its ", "-separated parts.
 
     A plot's label is often put together from a run's data ("this CPU, 2 threads" on one line, "copy within its

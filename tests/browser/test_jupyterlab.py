@@ -62,3 +62,6 @@ def test_notebook_runs_cleanly_in_jupyterlab(name, lab, page, screenshot_dir):
     if name == ZH_NOTEBOOK:  # the same code asks its self-check questions in Chinese there (gpulab.exercises.chinese)
         assert page.get_by_text("自我检查：笔记本 04").count() >= 1, "the zh quiz's title is not in Chinese"
         assert page.get_by_role("button", name="检查", exact=True).count() >= 1, "the zh quiz has no 检查 button"
+        texts = [o["text"] for o in outputs]  # the exercise checks ran in this kernel: their feedback is Chinese
+        assert any("还不对：" in t or "正确：" in t for t in texts), "no feedback line in Chinese"
+        assert not any("Not yet: " in t or "Correct: " in t for t in texts), "a feedback line is in English"
