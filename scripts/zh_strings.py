@@ -130,12 +130,16 @@ def strings(tree: ast.AST, where: str, *, plot: bool = False, phrases: bool = Fa
             skip.add(id(body[0].value))  # a docstring
         if isinstance(node, ast.Raise) or (isinstance(node, ast.Call) and _call_name(node) in SKIPPED_CALLS):
             skip.update(id(sub) for sub in ast.walk(node))
-        if isinstance(node, (ast.Subscript, ast.Compare)):
-            skip.update(id(sub) for sub in ast.walk(node.slice if isinstance(node, ast.Subscript) else node)
-                        if isinstance(sub, ast.Constant))
-        if isinstance(node, ast.Dict):  # a key names, not shows; in a notebook's plotting cell, keys are labels
-            skip.update(id(key) for key in node.keys if isinstance(key, ast.Constant) and (
-                key.value in PROPERTIES or not (keys_are_labels or re.search(r"\s", str(key.value)))))
+        if isinstance(node, ast.Subscript):  # d["key"] names
+            skip.update(id(sub) for sub in ast.walk(node.slice) if isinstance(sub, ast.Constant))
+        if isinstance(node, ast.Compare):  # x == "auto" names; a call inside the comparison may still say
+            skip.update(id(side) for side in (node.left, *node.comparators) if isinstance(side, ast.Constant))
+        if isinstance(node, ast.Dict):  # a key names, not shows; but a notebook's plotting cell, or a table with
+            # a phrase among its keys ({"start": 0, "most activations saved": ...}), keys its labels
+            labels = keys_are_labels or any(isinstance(k, ast.Constant) and re.search(r"\s", str(k.value))
+                                            for k in node.keys)
+            skip.update(id(key) for key in node.keys if isinstance(key, ast.Constant)
+                        and (key.value in PROPERTIES or not labels))
         if plot and isinstance(node, ast.Call):
             if _call_name(node) not in TEXT_CALLS:  # a setting is one word: "off", "log", "o-", "tab:blue"
                 skip.update(id(arg) for arg in node.args if isinstance(arg, ast.Constant)

@@ -98,7 +98,11 @@ def piecewise(catalogue: Catalogue, text: str) -> str:
         return found
     if "\n" in text:
         return "\n".join(piecewise(catalogue, line) for line in text.split("\n"))
-    for separator, chinese in ((", ", "，"), (": ", "：")):
+    numbered = re.match(r"(\d+\. )(.+)", text, re.S)  # "1. all-gather": a step's number, then its label
+    if numbered:
+        rest = piecewise(catalogue, numbered.group(2))
+        return text if rest == numbered.group(2) else numbered.group(1) + rest
+    for separator, chinese in ((", ", "，"), ("; ", "；"), (": ", "：")):
         parts = text.split(separator, 1 if separator == ": " else -1)  # "A: start", a label and its name
         if len(parts) > 1:
             done = [piecewise(catalogue, part) for part in parts]
