@@ -7,7 +7,7 @@ notebooks/zh, so they run as the Chinese edition. Every figure drawn logs its te
 :mod:`gpulab.figures.chinese`). The report lists each feedback line still in English, each plot title or axis label
 with English words and no Chinese, and the other plot texts left in English (legend entries, ticks, notes: often names such as
 ``article MLP`` or ``NVIDIA H200``), most frequent first. Exit status 1 when a notebook failed, a feedback line is
-English or a title or axis label has no Chinese. It takes as long as the notebooks do (about 3 minutes, 2 jobs).
+English, a title or axis label has no Chinese, or a plot drew characters its font lacks. It takes as long as the notebooks do (about 3 minutes, 2 jobs).
 """
 
 from __future__ import annotations
@@ -29,6 +29,13 @@ from gpulab.figures.chinese import needs_translation  # noqa: E402
 ZH = ROOT / "notebooks" / "zh"
 CJK = re.compile(r"[\u4e00-\u9fff]")
 ENGLISH_FEEDBACK = re.compile(r"^(Correct|Not yet): ", re.M)
+
+
+def missing_glyphs(notebook: Path) -> int:
+    """How many outputs of an executed notebook carry matplotlib's "Glyph ... missing from font" warning."""
+    return sum("missing from font" in "".join(output.get("text", []))
+               for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+               for output in cell.get("outputs", []))
 
 
 def feedback_lines(notebook: Path) -> tuple[list[str], list[str]]:
@@ -58,13 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_notebooks.py"), str(args.outdir),
                           *map(str, notebooks), "--jobs", str(args.jobs)],
                          env={**os.environ, "GPULAB_PLOT_LOG": str(log)}, timeout=1800)
-    chinese, english = [], []
+    chinese, english, boxes = [], [], 0
     for notebook in notebooks:
         done = args.outdir / Path(notebook).name
         if done.exists():
             zh, en = feedback_lines(done)
             chinese += zh
             english += en
+            boxes += missing_glyphs(done)
     figures = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
     bare_titles = sorted({t for f in figures for t in f["titles"] if not CJK.search(t) and needs_translation(t)
                           and re.search(r"[a-z]{2}", t)})  # MEDV, RM: a column's name
@@ -75,10 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"figures drawn: {len(figures)}; titles and axis labels without Chinese: {len(bare_titles)}")
     for title in bare_titles:
         print("  ", repr(title))
+    print(f"outputs warning of characters missing from the plot's font (drawn as empty boxes): {boxes}")
     print(f"other plot texts left in English: {len(left)} distinct")
     for text, count in left.most_common():
         print(f"  {count:3d} x {text!r}")
-    return 1 if run.returncode or english or bare_titles else 0
+    return 1 if run.returncode or english or bare_titles or boxes else 0
 
 
 if __name__ == "__main__":

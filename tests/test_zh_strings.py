@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import warnings
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -109,7 +110,7 @@ def test_checks_feedback_is_all_chinese(feedback, monkeypatch):
 
 def test_plot_texts_are_swapped_when_drawn(monkeypatch, recwarn):
     monkeypatch.setitem(matplotlib.rcParams, "figure.hooks", [])
-    monkeypatch.setitem(matplotlib.rcParams, "font.sans-serif", list(matplotlib.rcParams["font.sans-serif"]))
+    monkeypatch.setitem(matplotlib.rcParams, "font.family", list(matplotlib.rcParams["font.family"]))
     assert figures_zh.use_chinese_plots(font="DejaVu Sans")  # a font every matplotlib has: no font needed here
     assert matplotlib.rcParams["figure.hooks"] == [figures_zh.HOOK]
     fig, ax = plt.subplots()
@@ -140,6 +141,23 @@ def test_plots_from_a_run_are_all_chinese():
         assert not left, left
         assert CJK.search(fig._suptitle.get_text() if fig._suptitle else fig.axes[0].get_title())
         plt.close(fig)
+
+
+def test_the_chinese_font_is_named_in_the_family_where_matplotlib_falls_back(monkeypatch):
+    """matplotlib falls back glyph by glyph along font.family's named fonts only (not along font.sans-serif)."""
+    monkeypatch.setitem(matplotlib.rcParams, "figure.hooks", [])
+    monkeypatch.setitem(matplotlib.rcParams, "font.family", list(matplotlib.rcParams["font.family"]))
+    font = figures_zh.chinese_font()
+    figures_zh.use_chinese_plots(font=font or "DejaVu Sans")
+    assert matplotlib.rcParams["font.family"] == ["DejaVu Sans", font or "DejaVu Sans"]
+    if font is None:
+        pytest.skip("no Chinese font on this machine: the drawing itself is checked where there is one")
+    fig, ax = plt.subplots()
+    ax.set_title("每一步的损失 (loss)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Glyph ... missing from font(s)" would be an empty box
+        fig.canvas.draw()
+    plt.close(fig)
 
 
 def test_a_chinese_font_is_found_by_name_or_a_line_says_which_to_install(monkeypatch, capsys):

@@ -193,9 +193,9 @@ def use_chinese_plots(font: str | None = None) -> bool:
     if font is None:
         print(NO_FONT)
         return False
-    fallback = [name for name in matplotlib.rcParams["font.sans-serif"] if name not in (font, "DejaVu Sans")]
-    matplotlib.rcParams["font.sans-serif"] = ["DejaVu Sans", font, *fallback]  # Latin as in English, then Chinese
-    matplotlib.rcParams["font.family"] = ["sans-serif"]
+    # matplotlib falls back glyph by glyph along font.family's named fonts, not along the sans-serif list:
+    # Latin from DejaVu Sans as in English, Chinese from the font found
+    matplotlib.rcParams["font.family"] = ["DejaVu Sans", font]
     if HOOK not in matplotlib.rcParams["figure.hooks"]:
         matplotlib.rcParams["figure.hooks"] = [*matplotlib.rcParams["figure.hooks"], HOOK]
     return True
