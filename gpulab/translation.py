@@ -96,15 +96,10 @@ class Catalogue:
     """English templates and their Chinese, read from a JSON object ``{english: chinese}``."""
 
     def __init__(self, table: Mapping[str, str]) -> None:
-        self.table = dict(table)
         self.exact = {en: zh for en, zh in table.items() if not fields(en)}
         usable = [Template(en, zh) for en, zh in table.items() if fields(en) and literal(en).strip()]
         # the template that pins down most of a message wins when two fit
         self.templates = sorted(usable, key=lambda t: -len(literal(t.english)))
-
-    @classmethod
-    def load(cls, path: Path) -> Catalogue:
-        return cls(json.loads(path.read_text(encoding="utf-8")))
 
     def translate(self, text: str, depth: int = 0) -> str:
         """``text`` in Chinese when a template fits all of it; else ``text`` unchanged.
