@@ -24,10 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
-from gpulab.figures.chinese import needs_translation  # noqa: E402
+from gpulab.figures.chinese import CJK, needs_translation  # noqa: E402
 
 ZH = ROOT / "notebooks" / "zh"
-CJK = re.compile(r"[\u4e00-\u9fff]")
 ENGLISH_FEEDBACK = re.compile(r"^(Correct|Not yet): ", re.M)
 
 
